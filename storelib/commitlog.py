@@ -1,0 +1,573 @@
+"""CommitLog segments: the message record codec and a bounded-memory segment scanner.
+
+Record layout (v1, IPv4 hosts): TOTALSIZE i32, MAGICCODE i32, BODYCRC i32, QUEUEID i32,
+FLAG i32, QUEUEOFFSET i64, PHYSICALOFFSET i64, SYSFLAG i32, BORNTIMESTAMP i64,
+BORNHOST 4+4 (16+4 if SYSFLAG & 0x10), STORETIMESTAMP i64, STOREHOST 4+4 (16+4 if
+SYSFLAG & 0x20), RECONSUMETIMES i32, PREPARED TRANSACTION OFFSET i64, BODYLENGTH i32 +
+BODY, TOPICLENGTH i8 (v1) / i16 (v2) + TOPIC, PROPERTIESLENGTH i16 + PROPERTIES.
+
+"When a record does not fit in the space left (it needs its own length plus 8 spare
+bytes), the broker writes a BLANK record there": TOTALSIZE = bytes left, MAGIC = BLANK.
+"A TOTALSIZE of 0 or a zero magic means nothing written yet".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import numpy as np
+
+from storelib.constants import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    StoreFormatError,
+)
+
+# Offsets of the fixed fields, valid up to BORNHOST.
+OFF_TOTALSIZE = 0
+OFF_MAGIC = 4
+OFF_BODYCRC = 8
+OFF_QUEUEID = 12
+OFF_FLAG = 16
+OFF_QUEUEOFFSET = 20
+OFF_PHYSICALOFFSET = 28
+OFF_SYSFLAG = 36
+OFF_BORNTIMESTAMP = 40
+OFF_BORNHOST = 48
+#: bytes from BORNHOST's end to STOREHOST: STORETIMESTAMP
+#: fields after STOREHOST: RECONSUMETIMES i32, PREPARED TRANSACTION OFFSET i64, BODYLENGTH i32
+MIN_RECORD_SIZE = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
+_I32 = struct.Struct(">i")
+_II = struct.Struct(">ii")
+
+
+def host_length(sys_flag: int, flag_bit: int) -> int:
+    """BORNHOST / STOREHOST length: 4-byte IPv4 + port, or 16-byte IPv6 + port."""
+    return 20 if sys_flag & flag_bit else 8
+
+
+def record_length(sys_flag: int, body_length: int, topic_length: int, properties_length: int, v2: bool) -> int:
+    """``CommitLog.calMsgLength``: the TOTALSIZE implied by the variable parts."""
+    return (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + host_length(sys_flag, FLAG_BORNHOST_V6)
+        + 8
+        + host_length(sys_flag, FLAG_STOREHOST_V6)
+        + 4
+        + 8
+        + 4
+        + body_length
+        + (2 if v2 else 1)
+        + topic_length
+        + 2
+        + properties_length
+    )
+
+
+def body_crc(body: bytes) -> int:
+    """BODYCRC: ``CRC32(body) & 0x7fffffff``."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# --- Properties ---------------------------------------------------------------------
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``MessageDecoder.string2messageProperties``: ``name\\x01value`` pieces split by ``\\x02``.
+
+    Pieces without a separator, with an empty name or an empty value are skipped; a later
+    duplicate name wins.
+    """
+    out: dict[str, str] = {}
+    for piece in text.split(PROPERTY_SEPARATOR):
+        name, _, value = piece.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            out[name] = value
+    return out
+
+
+def format_properties(props: dict[str, str] | list[tuple[str, str]]) -> str:
+    """4.9.8 ``messageProperties2String``: pairs joined by ``\\x02``, no separator after the last."""
+    items = props.items() if isinstance(props, dict) else props
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in items)
+
+
+# --- Hosts ------------------------------------------------------------------------------
+
+
+def encode_host(host: str) -> bytes:
+    """``"10.0.0.1:10911"`` or ``"fd00::1:10911"`` (last colon splits the port) to address + port bytes."""
+    addr, _, port = host.rpartition(":")
+    return ipaddress.ip_address(addr.strip("[]")).packed + struct.pack(">i", int(port))
+
+
+def decode_host(raw: bytes) -> str:
+    addr = ipaddress.ip_address(raw[:-4])
+    port = struct.unpack(">i", raw[-4:])[0]
+    if addr.version == 6:
+        # the broker prints IPv6 in Java's full form: 8 groups, no zero compression
+        groups = struct.unpack(">8H", raw[:16])
+        return ":".join(f"{g:x}" for g in groups) + f":{port}"
+    return f"{addr}:{port}"
+
+
+# --- One record -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Message:
+    """One message record, decoded; field names as in ``MessageExt``."""
+
+    topic: str
+    body: bytes = b""
+    properties: str = ""
+    queue_id: int = 0
+    flag: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_timestamp: int = 0
+    store_host: str = "127.0.0.1:10911"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int | None = None  # None: computed from the body when encoding
+    v2: bool = False
+
+    def property_map(self) -> dict[str, str]:
+        return parse_properties(self.properties)
+
+
+def encode_message(m: Message) -> bytes:
+    """The record bytes the broker writes for ``m`` (TOTALSIZE computed, BODYCRC if not given)."""
+    topic = m.topic.encode("utf-8")
+    props = m.properties.encode("utf-8")
+    born = encode_host(m.born_host)
+    store = encode_host(m.store_host)
+    sys_flag = (
+        (m.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6))
+        | (FLAG_BORNHOST_V6 if len(born) == 20 else 0)
+        | (FLAG_STOREHOST_V6 if len(store) == 20 else 0)
+    )
+    if not m.v2 and len(topic) > 127:
+        raise StoreFormatError(f"topic of {len(topic)} bytes needs the v2 record layout")
+    if len(props) > 0x7FFF:
+        raise StoreFormatError(f"properties of {len(props)} bytes exceed the int16 length field")
+    total = record_length(sys_flag, len(m.body), len(topic), len(props), m.v2)
+    crc = body_crc(m.body) if m.body_crc is None else m.body_crc
+    magic = MESSAGE_MAGIC_CODE_V2 if m.v2 else MESSAGE_MAGIC_CODE
+    return b"".join(
+        (
+            _HEAD.pack(
+                total, magic, crc, m.queue_id, m.flag, m.queue_offset, m.physical_offset, sys_flag, m.born_timestamp
+            ),
+            born,
+            struct.pack(">q", m.store_timestamp),
+            store,
+            struct.pack(">iqi", m.reconsume_times, m.prepared_transaction_offset, len(m.body)),
+            m.body,
+            struct.pack(">h" if m.v2 else ">b", len(topic)),
+            topic,
+            struct.pack(">h", len(props)),
+            props,
+        )
+    )
+
+
+def encode_blank(length: int) -> bytes:
+    """A BLANK end-of-segment record: TOTALSIZE = ``length``, BLANK magic, then zeros."""
+    if length < END_FILE_MIN_BLANK_LENGTH:
+        raise StoreFormatError(f"a BLANK record needs 8 bytes, got {length}")
+    return _II.pack(length, BLANK_MAGIC_CODE) + bytes(length - 8)
+
+
+def decode_message(buf: bytes | memoryview, pos: int = 0, file: str = "") -> Message:
+    """Decode the record at ``pos``; raises StoreFormatError on a bad magic or length."""
+    total, magic = _II.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise StoreFormatError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X}", file, pos)
+    (_, _, crc, qid, flag, qoff, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+    p = pos + OFF_BORNHOST
+    bl = host_length(sys_flag, FLAG_BORNHOST_V6)
+    born = decode_host(bytes(buf[p : p + bl]))
+    p += bl
+    (store_ts,) = struct.unpack_from(">q", buf, p)
+    p += 8
+    sl = host_length(sys_flag, FLAG_STOREHOST_V6)
+    store = decode_host(bytes(buf[p : p + sl]))
+    p += sl
+    reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
+    p += 16
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    v2 = magic == MESSAGE_MAGIC_CODE_V2
+    (topic_len,) = struct.unpack_from(">h" if v2 else ">b", buf, p)
+    p += 2 if v2 else 1
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    (props_len,) = struct.unpack_from(">h", buf, p)
+    p += 2
+    props = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
+    p += props_len
+    if p - pos != total:
+        raise StoreFormatError(f"TOTALSIZE {total} but the fields add up to {p - pos}", file, pos)
+    return Message(
+        topic,
+        body,
+        props,
+        qid,
+        flag,
+        qoff,
+        phys,
+        sys_flag,
+        born_ts,
+        born,
+        store_ts,
+        store,
+        reconsume,
+        prepared,
+        crc,
+        v2,
+    )
+
+
+# --- The segment scanner ------------------------------------------------------------------
+
+#: why a segment's records stop
+END_BLANK = "blank"  # a BLANK record: the normal end of a full segment
+END_ZERO_TAIL = "zero-tail"  # TOTALSIZE or magic 0: preallocated, never written
+END_EOF = "eof"  # records run exactly to the end of the file
+END_TORN = "torn"  # a record runs past the end of the file
+END_BAD_MAGIC = "bad-magic"  # neither a message, a BLANK nor zeros
+END_BAD_SIZE = "bad-size"  # TOTALSIZE too small to be a record
+END_BAD_BLANK = "bad-blank"  # a BLANK whose TOTALSIZE is not the bytes left
+
+#: record-level damage; the scan goes on after it by TOTALSIZE
+DAMAGE_CRC = "crc-mismatch"
+DAMAGE_LENGTH = "length-mismatch"
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentEnd:
+    """Where and why the records of one segment stop."""
+
+    file: str
+    reason: str
+    offset: int  # commitlog (physical) offset where valid records end
+    detail: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return self.reason in (END_BLANK, END_ZERO_TAIL, END_EOF)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordDamage:
+    """A record that framed correctly but failed a check; it is not dispatched (CRC: see scanner)."""
+
+    file: str
+    kind: str
+    offset: int  # commitlog offset of the record
+    detail: str
+
+
+@dataclasses.dataclass
+class RecordBatch:
+    """Fixed fields of consecutive message records as numpy arrays, variable ones as lists."""
+
+    physical_offset: np.ndarray  # int64, where the record really is
+    total_size: np.ndarray  # int32
+    body_crc: np.ndarray  # int32
+    queue_id: np.ndarray  # int32
+    flag: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    stored_physical_offset: np.ndarray  # int64, the PHYSICALOFFSET field
+    sys_flag: np.ndarray  # int32
+    born_timestamp: np.ndarray  # int64
+    store_timestamp: np.ndarray  # int64
+    reconsume_times: np.ndarray  # int32
+    prepared_transaction_offset: np.ndarray  # int64
+    body_length: np.ndarray  # int32
+    crc_ok: np.ndarray  # bool; True when CRC checking is off
+    topic: list[str]
+    properties: list[dict[str, str]]
+
+    def __len__(self) -> int:
+        return len(self.physical_offset)
+
+
+def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """Big-endian integers of ``width`` bytes at each position of ``a``."""
+    return a[pos[:, None] + np.arange(width)].view(dtype).ravel()
+
+
+class SegmentScanner:
+    """Walk one commitlog segment with bounded memory, yielding RecordBatch objects.
+
+    Reads ``chunk_size`` bytes at a time from any binary stream (a local file, or a
+    pyarrow stream on HDFS/S3): memory stays near ``chunk_size`` plus one record,
+    whatever the segment size. After iteration, ``end`` says where and why records
+    stop and ``damage`` lists records that failed a check. A CRC mismatch does not
+    stop the scan (the record framed correctly; its header is intact): it is recorded
+    and the batch marks it in ``crc_ok``. A record whose fields do not add up to its
+    TOTALSIZE is recorded, left out of the batch, and the walk goes on by TOTALSIZE.
+    """
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        file: str,
+        file_start_offset: int,
+        file_size: int,
+        check_crc: bool = True,
+        chunk_size: int = 8 << 20,
+        batch_records: int = 1 << 16,
+    ) -> None:
+        self.stream = stream
+        self.file = file
+        self.base = file_start_offset
+        self.file_size = file_size
+        self.check_crc = check_crc
+        self.chunk_size = chunk_size
+        self.batch_records = batch_records
+        self.end: SegmentEnd | None = None
+        self.damage: list[RecordDamage] = []
+        self.messages = 0
+        self.last_store_timestamp = 0
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        buf = b""
+        buf_pos = 0  # file position of buf[0]
+        pos = 0  # file position of the next record
+        size = self.file_size
+        positions: list[int] = []
+        while True:
+            left = size - pos
+            if left == 0:
+                self.end = SegmentEnd(self.file, END_EOF, self.base + pos)
+                break
+            # make sure the record header (8 bytes, or what is left) is in buf
+            need = min(8, left)
+            if pos + need > buf_pos + len(buf):
+                if positions:
+                    yield from self._decode(buf, buf_pos, positions)
+                    positions = []
+                buf, buf_pos = self._refill(buf, buf_pos, pos, need)
+                if pos + need > buf_pos + len(buf):
+                    self.end = SegmentEnd(
+                        self.file,
+                        END_TORN,
+                        self.base + pos,
+                        f"file ends {size - (buf_pos + len(buf))} bytes short of its size",
+                    )
+                    break
+            rel = pos - buf_pos
+            if left < 8:
+                if any(buf[rel:]):
+                    self.end = SegmentEnd(self.file, END_TORN, self.base + pos, f"{left} stray bytes at the end")
+                else:
+                    self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
+                break
+            total, magic = _II.unpack_from(buf, rel)
+            if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                if total < MIN_RECORD_SIZE:
+                    self.end = SegmentEnd(
+                        self.file,
+                        END_BAD_SIZE,
+                        self.base + pos,
+                        f"TOTALSIZE {total} is below the {MIN_RECORD_SIZE}-byte minimum",
+                    )
+                    break
+                if total > left:
+                    self.end = SegmentEnd(
+                        self.file,
+                        END_TORN,
+                        self.base + pos,
+                        f"TOTALSIZE {total} runs {total - left} bytes past the end of the segment",
+                    )
+                    break
+                if pos + total > buf_pos + len(buf):
+                    if positions:
+                        yield from self._decode(buf, buf_pos, positions)
+                        positions = []
+                    buf, buf_pos = self._refill(buf, buf_pos, pos, total)
+                    if pos + total > buf_pos + len(buf):
+                        self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
+                        break
+                positions.append(pos - buf_pos)
+                if len(positions) >= self.batch_records:
+                    yield from self._decode(buf, buf_pos, positions)
+                    positions = []
+                pos += total
+            elif magic == BLANK_MAGIC_CODE:
+                if total != left:
+                    self.end = SegmentEnd(
+                        self.file,
+                        END_BAD_BLANK,
+                        self.base + pos,
+                        f"BLANK TOTALSIZE {total}, but {left} bytes are left in the segment",
+                    )
+                else:
+                    self.end = SegmentEnd(self.file, END_BLANK, self.base + pos)
+                break
+            elif total == 0 or magic == 0:
+                self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
+                break
+            else:
+                self.end = SegmentEnd(
+                    self.file,
+                    END_BAD_MAGIC,
+                    self.base + pos,
+                    f"magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})",
+                )
+                break
+        if positions:
+            yield from self._decode(buf, buf_pos, positions)
+
+    def _refill(self, buf: bytes, buf_pos: int, pos: int, need: int) -> tuple[bytes, int]:
+        """Drop what is before ``pos`` and read until ``need`` bytes from ``pos`` are in hand."""
+        keep = buf[pos - buf_pos :] if pos - buf_pos < len(buf) else b""
+        parts = [keep]
+        have = len(keep)
+        want = max(need, self.chunk_size)
+        while have < want:
+            piece = self.stream.read(want - have)
+            if not piece:
+                break
+            parts.append(piece)
+            have += len(piece)
+        return b"".join(parts), pos
+
+    def _decode(self, buf: bytes, buf_pos: int, positions: list[int]) -> Iterator[RecordBatch]:
+        a = np.frombuffer(buf, dtype=np.uint8)
+        p = np.asarray(positions, dtype=np.int64)
+        total = _gather(a, p + OFF_TOTALSIZE, 4, ">i4")
+        magic = _gather(a, p + OFF_MAGIC, 4, ">i4")
+        sys_flag = _gather(a, p + OFF_SYSFLAG, 4, ">i4")
+        born_len = np.where(sys_flag & FLAG_BORNHOST_V6, 20, 8)
+        store_len = np.where(sys_flag & FLAG_STOREHOST_V6, 20, 8)
+        off_store_ts = p + OFF_BORNHOST + born_len
+        off_reconsume = off_store_ts + 8 + store_len
+        off_body_len = off_reconsume + 12
+        body_len = _gather(a, off_body_len, 4, ">i4").astype(np.int64)
+        v2 = magic == MESSAGE_MAGIC_CODE_V2
+        end = p + total
+        off_topic_len = off_body_len + 4 + body_len
+        # guard reads of the variable part: a bad BODYLENGTH must not index past the record
+        sane = (body_len >= 0) & (off_topic_len + 2 <= end)
+        safe_topic_len_pos = np.where(sane, off_topic_len, p)
+        topic_len = np.where(
+            v2,
+            _gather(a, safe_topic_len_pos, 2, ">i2").astype(np.int64),
+            _gather(a, safe_topic_len_pos, 1, "i1").astype(np.int64),
+        )
+        off_topic = off_topic_len + np.where(v2, 2, 1)
+        off_props_len = off_topic + topic_len
+        sane &= (topic_len >= 0) & (off_props_len + 2 <= end)
+        props_len = _gather(a, np.where(sane, off_props_len, p), 2, ">i2").astype(np.int64)
+        implied = off_props_len + 2 + props_len - p
+        ok = sane & (props_len >= 0) & (implied == total)
+        if not ok.all():
+            for i in np.flatnonzero(~ok):
+                self.damage.append(
+                    RecordDamage(
+                        self.file,
+                        DAMAGE_LENGTH,
+                        self.base + buf_pos + int(p[i]),
+                        f"TOTALSIZE {int(total[i])} but the fields add up to {int(implied[i])}",
+                    )
+                )
+            keep = np.flatnonzero(ok)
+            p, total, sys_flag, body_len = p[keep], total[keep], sys_flag[keep], body_len[keep]
+            off_store_ts, off_reconsume, off_body_len = off_store_ts[keep], off_reconsume[keep], off_body_len[keep]
+            off_topic, topic_len, off_props_len, props_len = (
+                off_topic[keep],
+                topic_len[keep],
+                off_props_len[keep],
+                props_len[keep],
+            )
+        if len(p) == 0:
+            return
+        crc = _gather(a, p + OFF_BODYCRC, 4, ">i4")
+        body_start = off_body_len + 4
+        crc_ok = np.ones(len(p), dtype=bool)
+        if self.check_crc:
+            mv = memoryview(buf)
+            crcs = np.fromiter(
+                (zlib.crc32(mv[s : s + n]) for s, n in zip(body_start.tolist(), body_len.tolist())),
+                dtype=np.int64,
+                count=len(p),
+            )
+            crc_ok = (crcs & 0x7FFFFFFF) == crc
+            for i in np.flatnonzero(~crc_ok):
+                self.damage.append(
+                    RecordDamage(
+                        self.file,
+                        DAMAGE_CRC,
+                        self.base + buf_pos + int(p[i]),
+                        f"BODYCRC {int(crc[i])} stored, {int(crcs[i]) & 0x7FFFFFFF} computed",
+                    )
+                )
+        topics, props = _variable_fields(
+            buf, off_topic.tolist(), topic_len.tolist(), (off_props_len + 2).tolist(), props_len.tolist()
+        )
+        store_ts = _gather(a, off_store_ts, 8, ">i8")
+        self.messages += len(p)
+        self.last_store_timestamp = int(store_ts[-1])
+        yield RecordBatch(
+            physical_offset=self.base + buf_pos + p,
+            total_size=total.astype(np.int32),
+            body_crc=crc.astype(np.int32),
+            queue_id=_gather(a, p + OFF_QUEUEID, 4, ">i4").astype(np.int32),
+            flag=_gather(a, p + OFF_FLAG, 4, ">i4").astype(np.int32),
+            queue_offset=_gather(a, p + OFF_QUEUEOFFSET, 8, ">i8").astype(np.int64),
+            stored_physical_offset=_gather(a, p + OFF_PHYSICALOFFSET, 8, ">i8").astype(np.int64),
+            sys_flag=sys_flag.astype(np.int32),
+            born_timestamp=_gather(a, p + OFF_BORNTIMESTAMP, 8, ">i8").astype(np.int64),
+            store_timestamp=store_ts.astype(np.int64),
+            reconsume_times=_gather(a, off_reconsume, 4, ">i4").astype(np.int32),
+            prepared_transaction_offset=_gather(a, off_reconsume + 4, 8, ">i8").astype(np.int64),
+            body_length=body_len.astype(np.int32),
+            crc_ok=crc_ok,
+            topic=topics,
+            properties=props,
+        )
+
+
+def _variable_fields(
+    buf: bytes, topic_at: list[int], topic_len: list[int], props_at: list[int], props_len: list[int]
+) -> tuple[list[str], list[dict[str, str]]]:
+    """Topics (interned through a small cache) and parsed properties of each record."""
+    cache: dict[bytes, str] = {}
+    topics = []
+    props = []
+    for ts, tl, ps, pl in zip(topic_at, topic_len, props_at, props_len):
+        raw = buf[ts : ts + tl]
+        t = cache.get(raw)
+        if t is None:
+            t = cache[raw] = raw.decode("utf-8", "replace")
+        topics.append(t)
+        props.append(parse_properties(buf[ps : ps + pl].decode("utf-8", "replace")) if pl else {})
+    return topics, props

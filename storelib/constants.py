@@ -1,0 +1,99 @@
+"""Every number the on-disk formats depend on, and the errors raised on bad input.
+
+All integers on disk are big-endian (Java ``ByteBuffer`` default).
+"""
+
+from __future__ import annotations
+
+# --- CommitLog magic codes (signed int32) ---------------------------------
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, v1: 1-byte topic length
+MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, v2: 2-byte topic length
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end of segment
+
+#: "a record does not fit ... it needs its own length plus 8 spare bytes"
+END_FILE_MIN_BLANK_LENGTH = 8
+
+# --- SYSFLAG bits -----------------------------------------------------------
+FLAG_COMPRESSED = 0x1
+FLAG_MULTI_TAGS = 0x2
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+FLAG_BORNHOST_V6 = 0x10
+FLAG_STOREHOST_V6 = 0x20
+FLAG_NEED_UNWRAP = 0x40
+FLAG_INNER_BATCH = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+
+TRANSACTION_NAMES = {
+    TRANSACTION_NOT_TYPE: "NOT_TYPE",
+    TRANSACTION_PREPARED_TYPE: "PREPARED",
+    TRANSACTION_COMMIT_TYPE: "COMMIT",
+    TRANSACTION_ROLLBACK_TYPE: "ROLLBACK",
+}
+
+# --- Properties ---------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_CRC32 = "__CRC32#"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+
+# --- Topic names (TopicValidator) ---------------------------------------------
+TOPIC_MAX_LENGTH = 127
+TOPIC_V1_MAX_BYTES = 127  # v1 stores the topic length in one signed byte
+
+# --- ConsumeQueue ---------------------------------------------------------------
+CQ_STORE_UNIT_SIZE = 20
+CQ_BLANK_SIZE = 0x7FFFFFFF  # pre-blank unit: offset 0, size Integer.MAX_VALUE, tagsCode 0
+
+# --- IndexFile ---------------------------------------------------------------------
+INDEX_HEADER_SIZE = 40
+INDEX_HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INT32_MAX = 0x7FFFFFFF
+INT32_MIN = -0x80000000
+
+# --- StoreCheckpoint -----------------------------------------------------------------
+CHECKPOINT_SIZE = 4096
+
+# --- File names ------------------------------------------------------------------------
+OFFSET_NAME_DIGITS = 20  # commitlog and consumequeue files: 20-digit zero-padded offset
+
+
+def offset_file_name(offset: int) -> str:
+    """A commitlog or ConsumeQueue file name: its start offset as 20 digits."""
+    return f"{offset:0{OFFSET_NAME_DIGITS}d}"
+
+
+class StoreFormatError(ValueError):
+    """Bad bytes in a store file; always names the file and the byte offset."""
+
+    def __init__(self, message: str, file: str = "", offset: int | None = None) -> None:
+        self.file = file
+        self.offset = offset
+        where = file
+        if offset is not None:
+            where = f"{file} @ {offset}" if file else f"offset {offset}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.reason = message
+
+
+class HostileNameError(StoreFormatError):
+    """A topic or queue name that is not a legal RocketMQ name (never becomes a path)."""
+
+
+class ConfigError(ValueError):
+    """A broker properties file value that cannot be used."""

@@ -1,0 +1,170 @@
+"""ConsumeQueue files: 20-byte units (commitlog offset i64, size i32, tagsCode i64).
+
+Entry ``n`` lives at logical byte offset ``n * 20``, in the file named
+``floor(n*20 / fileSize) * fileSize`` (20 digits), at position ``n*20 % fileSize``.
+"Pre-blank: when a queue's first file is created for an entry n > 0, every unit from the
+file's start up to entry n is a BLANK unit: offset 0, size 0x7fffffff, tagsCode 0."
+Files are always full size, zero-filled after the last entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from storelib.constants import (
+    CQ_BLANK_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    TOPIC_MAX_LENGTH,
+    HostileNameError,
+    offset_file_name,
+)
+
+UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
+
+_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
+
+
+def validate_topic(topic: str, where: str = "") -> str:
+    """``TopicValidator``: ``[%|a-zA-Z0-9_-]``, 1..127 characters. Anything else never becomes a path."""
+    if not _TOPIC_RE.match(topic) or len(topic) > TOPIC_MAX_LENGTH:
+        raise HostileNameError(
+            f"illegal topic name {topic!r} (RocketMQ allows [%|a-zA-Z0-9_-], at most {TOPIC_MAX_LENGTH} characters)",
+            where,
+        )
+    return topic
+
+
+def is_valid_topic(topic: str) -> bool:
+    return bool(_TOPIC_RE.match(topic)) and len(topic) <= TOPIC_MAX_LENGTH
+
+
+def queue_dir(topic: str, queue_id: int) -> str:
+    """``consumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
+    validate_topic(topic)
+    if queue_id < 0:
+        raise HostileNameError(f"illegal queueId {queue_id} for topic {topic!r}")
+    return f"consumequeue/{topic}/{queue_id}"
+
+
+def encode_units(offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) -> bytes:
+    units = np.empty(len(offsets), dtype=UNIT_DTYPE)
+    units["offset"] = offsets
+    units["size"] = sizes
+    units["tags_code"] = tags_codes
+    return units.tobytes()
+
+
+def decode_units(data: bytes | memoryview) -> np.ndarray:
+    """Whole units of ``data`` as a structured array (offset, size, tags_code); a partial unit is ignored."""
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    return np.frombuffer(data, dtype=UNIT_DTYPE, count=n)
+
+
+def file_start(queue_offset: int, file_size: int) -> int:
+    """Logical byte offset (= name) of the file holding entry ``queue_offset``."""
+    return queue_offset * CQ_STORE_UNIT_SIZE // file_size * file_size
+
+
+def valid_prefix(units: np.ndarray) -> int:
+    """``ConsumeQueue.recover``'s rule: units are valid while ``offset >= 0 and size > 0``."""
+    bad = np.flatnonzero((units["offset"] < 0) | (units["size"] <= 0))
+    return int(bad[0]) if len(bad) else len(units)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueFinding:
+    """Something wrong with the records of one queue (duplicate or missing queue offsets)."""
+
+    kind: str  # "duplicate-queue-offset" or "queue-offset-gap"
+    queue_offset: int
+    count: int
+    commitlog_offset: int
+
+
+@dataclasses.dataclass
+class QueueFiles:
+    """Builds one queue's files from entries ordered by queue offset, one full file at a time."""
+
+    file_size: int
+    findings: list[QueueFinding] = dataclasses.field(default_factory=list)
+    entries: int = 0
+    min_offset: int | None = None  # first queue offset written
+    next_offset: int | None = None  # one past the last queue offset written
+    files: int = 0
+    _buf: bytearray | None = None
+    _buf_start: int = 0
+
+    def add(
+        self, queue_offsets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray
+    ) -> Iterator[tuple[str, bytes]]:
+        """Take the next entries (ascending queue offsets); yield every file they complete."""
+        qo = np.asarray(queue_offsets, dtype=np.int64)
+        if len(qo) == 0:
+            return
+        # duplicates: an entry at or below the last written offset is dropped, as the broker does
+        prev = np.concatenate(([self.next_offset - 1 if self.next_offset is not None else -1], qo[:-1]))
+        dup = qo <= prev
+        for i in np.flatnonzero(dup):
+            self.findings.append(QueueFinding("duplicate-queue-offset", int(qo[i]), 1, int(offsets[i])))
+        if dup.any():
+            keep = ~dup
+            qo, offsets, sizes, tags_codes = qo[keep], offsets[keep], sizes[keep], tags_codes[keep]
+            if len(qo) == 0:
+                return
+        expected = np.concatenate(([self.next_offset if self.next_offset is not None else qo[0]], qo[:-1] + 1))
+        for i in np.flatnonzero(qo != expected):
+            self.findings.append(
+                QueueFinding("queue-offset-gap", int(expected[i]), int(qo[i] - expected[i]), int(offsets[i]))
+            )
+        data = np.frombuffer(encode_units(offsets, sizes, tags_codes), dtype=np.uint8).reshape(-1, 20)
+        if self.min_offset is None:
+            self.min_offset = int(qo[0])
+            self._open(file_start(int(qo[0]), self.file_size), pre_blank_until=int(qo[0]))
+        pos = qo * CQ_STORE_UNIT_SIZE
+        i = 0
+        while i < len(qo):
+            end_of_file = self._buf_start + self.file_size
+            j = i + int(np.searchsorted(pos[i:], end_of_file))
+            if j > i:
+                rel = pos[i:j] - self._buf_start
+                view = np.frombuffer(self._buf, dtype=np.uint8)
+                view[(rel[:, None] + np.arange(20)).ravel()] = data[i:j].ravel()
+                i = j
+            if i < len(qo):
+                yield from self._emit()
+                self._open(file_start(int(qo[i]), self.file_size), pre_blank_until=None)
+        self.entries += len(qo)
+        self.next_offset = int(qo[-1]) + 1
+
+    def _open(self, start: int, pre_blank_until: int | None) -> None:
+        self._buf = bytearray(self.file_size)
+        self._buf_start = start
+        if pre_blank_until:
+            n = pre_blank_until - start // CQ_STORE_UNIT_SIZE
+            self._buf[: n * CQ_STORE_UNIT_SIZE] = encode_units(
+                np.zeros(n, np.int64), np.full(n, CQ_BLANK_SIZE, np.int32), np.zeros(n, np.int64)
+            )
+
+    def _emit(self) -> Iterator[tuple[str, bytes]]:
+        if self._buf is not None:
+            self.files += 1
+            yield offset_file_name(self._buf_start), bytes(self._buf)
+            self._buf = None
+
+    def finish(self) -> Iterator[tuple[str, bytes]]:
+        """Yield the last, partly filled file."""
+        yield from self._emit()
+
+
+def build_queue_files(entries: Iterable[tuple[int, int, int, int]], file_size: int) -> list[tuple[str, bytes]]:
+    """All files of one queue from (queue offset, commitlog offset, size, tagsCode) tuples, in order."""
+    rows = np.array(list(entries), dtype=np.int64).reshape(-1, 4)
+    q = QueueFiles(file_size)
+    out = list(q.add(rows[:, 0], rows[:, 1], rows[:, 2].astype(np.int32), rows[:, 3]))
+    out.extend(q.finish())
+    return out

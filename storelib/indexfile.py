@@ -1,0 +1,208 @@
+"""IndexFile: a hash index of message keys.
+
+Layout: 40-byte header (beginTimestamp i64, endTimestamp i64, beginPhyOffset i64,
+endPhyOffset i64, hashSlotCount i32, indexCount i32), ``maxHashSlotNum`` 4-byte hash
+slots, then ``maxIndexNum`` 20-byte entries (keyHash i32, phyOffset i64, timeDiff i32,
+prevIndex i32).
+
+``IndexFile.putKey``, per key in commitlog order: "indexCount starts at 1: entry slot 0
+is never used; a file is full when indexCount reaches maxIndexNum"; prevIndex = the slot's
+current value; "timeDiff ... is computed before the header is updated"; "A new file starts
+from the previous file's endPhyOffset and endTimestamp as its begin and end values".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import struct
+
+import numpy as np
+
+from storelib.config import BrokerConfig
+from storelib.constants import (
+    INDEX_ENTRY_SIZE,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    INT32_MAX,
+    StoreFormatError,
+)
+from storelib.javahash import index_key_hash, java_hash
+
+_HEADER = struct.Struct(">qqqqii")
+ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
+assert ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes | memoryview) -> IndexHeader:
+        return cls(*_HEADER.unpack_from(data, 0))
+
+
+def index_file_size(slots: int, max_index_num: int) -> int:
+    return INDEX_HEADER_SIZE + slots * INDEX_HASH_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+
+
+def entries_per_file(max_index_num: int) -> int:
+    """A full file holds maxIndexNum - 1 entries (entry 0 is never used)."""
+    return max_index_num - 1
+
+
+def build_index_file(
+    key_hash: np.ndarray,
+    phy_offset: np.ndarray,
+    store_timestamp: np.ndarray,
+    inherited: tuple[int, int],
+    cfg: BrokerConfig,
+) -> tuple[IndexHeader, bytes]:
+    """One IndexFile from its entries in put order, vectorized.
+
+    ``inherited`` is (endPhyOffset, endTimestamp) of the previous file, (0, 0) for the first.
+    At most maxIndexNum - 1 entries.
+    """
+    n = len(key_hash)
+    slots_n, max_n = cfg.maxHashSlotNum, cfg.maxIndexNum
+    if n > entries_per_file(max_n):
+        raise ValueError(f"{n} entries do not fit in one IndexFile of maxIndexNum {max_n}")
+    inherited_phy, inherited_ts = inherited
+    if n == 0:
+        header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
+        data = bytearray(index_file_size(slots_n, max_n))
+        data[:INDEX_HEADER_SIZE] = header.pack()
+        return header, bytes(data)
+    key_hash = np.asarray(key_hash, dtype=np.int32)
+    store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
+    index = np.arange(1, n + 1, dtype=np.int32)
+    slot = key_hash.astype(np.int64) % slots_n
+    # prevIndex: the previous entry of this file in the same slot (0 = none)
+    order = np.argsort(slot, kind="stable")
+    s_sorted = slot[order]
+    same = np.concatenate(([False], s_sorted[1:] == s_sorted[:-1]))
+    prev = np.zeros(n, dtype=np.int32)
+    prev[order[same]] = index[order[np.flatnonzero(same) - 1]]
+    # the slot table holds the newest entry of each slot
+    last = np.concatenate((s_sorted[1:] != s_sorted[:-1], [True]))
+    slot_table = np.zeros(slots_n, dtype=">i4")
+    slot_table[s_sorted[last]] = index[order[last]]
+    # timeDiff against beginTimestamp as it is before each put: inherited for entry 1
+    begin = np.full(n, store_timestamp[0], dtype=np.int64)
+    begin[0] = inherited_ts
+    diff = (store_timestamp - begin) // 1000  # negatives clamp to 0 below, so floor == Java's truncation
+    diff = np.clip(diff, 0, INT32_MAX)
+    diff[begin <= 0] = 0
+    entries = np.zeros(max_n, dtype=ENTRY_DTYPE)
+    entries["key_hash"][1 : n + 1] = key_hash
+    entries["phy_offset"][1 : n + 1] = phy_offset
+    entries["time_diff"][1 : n + 1] = diff
+    entries["prev_index"][1 : n + 1] = prev
+    slot_count = int(last.sum()) if cfg.hashSlotCountRule == "occupied" else n
+    header = IndexHeader(
+        begin_timestamp=int(store_timestamp[0]),
+        end_timestamp=int(store_timestamp[-1]),
+        begin_phy_offset=int(phy_offset[0]),
+        end_phy_offset=int(phy_offset[-1]),
+        hash_slot_count=slot_count,
+        index_count=n + 1,
+    )
+    return header, header.pack() + slot_table.tobytes() + entries.tobytes()
+
+
+def deterministic_names(first_timestamps: list[int]) -> list[str]:
+    """Rebuilt IndexFile names: ``yyyyMMddHHmmssSSS`` (UTC) of each file's first entry's store time.
+
+    The broker names a file by its wall-clock creation time, which the data cannot
+    reproduce. This rule gives the same name for the same data and sorts in load order:
+    a name not after the previous one is moved to the previous one plus 1 ms.
+    """
+    names = []
+    prev = None
+    for ts in first_timestamps:
+        if prev is not None and ts <= prev:
+            ts = prev + 1
+        prev = ts
+        t = datetime.datetime.fromtimestamp(ts / 1000, tz=datetime.UTC)
+        names.append(t.strftime("%Y%m%d%H%M%S") + f"{ts % 1000:03d}")
+    return names
+
+
+class IndexFileReader:
+    """An IndexFile read back, with the broker's key lookup."""
+
+    def __init__(self, data: bytes | memoryview, cfg: BrokerConfig, file: str = "") -> None:
+        expected = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+        if len(data) != expected:
+            raise StoreFormatError(
+                f"IndexFile is {len(data)} bytes, expected {expected} "
+                f"(maxHashSlotNum {cfg.maxHashSlotNum}, maxIndexNum {cfg.maxIndexNum})",
+                file,
+            )
+        self.file = file
+        self.header = IndexHeader.unpack(data)
+        self.slots_n = cfg.maxHashSlotNum
+        self.slots = np.frombuffer(data, dtype=">i4", count=self.slots_n, offset=INDEX_HEADER_SIZE)
+        self.entries = np.frombuffer(
+            data,
+            dtype=ENTRY_DTYPE,
+            count=cfg.maxIndexNum,
+            offset=INDEX_HEADER_SIZE + self.slots_n * INDEX_HASH_SLOT_SIZE,
+        )
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        h = self.header
+        return (
+            (begin < h.begin_timestamp and end > h.end_timestamp)
+            or (h.begin_timestamp <= begin <= h.end_timestamp)
+            or (h.begin_timestamp <= end <= h.end_timestamp)
+        )
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``)."""
+        key_hash = int(index_key_hash(np.array([java_hash(key)]))[0])
+        count = self.header.index_count
+        out: list[int] = []
+        nxt = int(self.slots[key_hash % self.slots_n])
+        if nxt <= 0 or nxt > count or count <= 1:
+            return out
+        while len(out) < max_num:
+            e = self.entries[nxt]
+            time_diff = int(e["time_diff"])
+            if time_diff < 0:
+                break
+            time_read = self.header.begin_timestamp + time_diff * 1000
+            if int(e["key_hash"]) == key_hash and begin <= time_read <= end:
+                out.append(int(e["phy_offset"]))
+            prev = int(e["prev_index"])
+            if prev <= 0 or prev > count or prev == nxt or time_read < begin:
+                break
+            nxt = prev
+        return out
+
+
+def query_offsets(files: list[IndexFileReader], key: str, max_num: int, begin: int, end: int) -> list[int]:
+    """``IndexService.queryOffset``: newest file first, stop at ``max_num`` or before ``begin``."""
+    out: list[int] = []
+    for f in reversed(files):
+        if f.is_time_matched(begin, end):
+            out.extend(f.select_phy_offsets(key, max_num - len(out), begin, end))
+        if f.header.begin_timestamp < begin or len(out) >= max_num:
+            break
+    return out

@@ -1,0 +1,90 @@
+"""Java ``String.hashCode()`` over UTF-16 code units, scalar and batched with numpy.
+
+``s[0]*31^(n-1) + s[1]*31^(n-2) + ... + s[n-1]`` in wrapping int32 arithmetic,
+where ``s[i]`` are UTF-16 code units (a character outside the BMP is a surrogate pair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from storelib.constants import INT32_MIN
+
+_POW_CACHE = np.ones(1, dtype=np.uint32)
+
+
+def _pow31(n: int) -> np.ndarray:
+    """31**k mod 2**32 for k in [0, n]."""
+    global _POW_CACHE
+    if len(_POW_CACHE) <= n:
+        size = max(n + 1, 2 * len(_POW_CACHE))
+        p = np.empty(size, dtype=np.uint32)
+        p[0] = 1
+        with np.errstate(over="ignore"):
+            for i in range(1, size):
+                p[i] = p[i - 1] * np.uint32(31)
+        _POW_CACHE = p
+    return _POW_CACHE
+
+
+def _to_int32(h: int) -> int:
+    h &= 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def java_hash(s: str) -> int:
+    """``String.hashCode()`` of ``s`` as a signed int32."""
+    if s.isascii():
+        units = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        units = np.frombuffer(data, dtype=">u2").tolist()
+    h = 0
+    for u in units:
+        h = (31 * h + u) & 0xFFFFFFFF
+    return _to_int32(h)
+
+
+def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
+    """``String.hashCode()`` of every string, as an int32 array, without a per-character loop."""
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    joined = "".join(strings)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
+        lengths = np.fromiter((len(s) for s in strings), dtype=np.int64, count=n)
+    else:
+        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2").astype(np.uint32)
+        lengths = np.fromiter(
+            (len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), dtype=np.int64, count=n
+        )
+    return _hash_units(units, lengths)
+
+
+def _hash_units(units: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Hash consecutive runs of code units: run i is ``lengths[i]`` units long."""
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    total = int(ends[-1]) if len(ends) else 0
+    out = np.zeros(len(lengths), dtype=np.uint32)
+    if total == 0:
+        return out.view(np.int32)
+    run = np.repeat(np.arange(len(lengths)), lengths)
+    exponent = ends[run] - 1 - np.arange(total)
+    pw = _pow31(int(lengths.max()))
+    with np.errstate(over="ignore"):
+        contrib = units * pw[exponent]
+    nonempty = lengths > 0
+    out[nonempty] = np.add.reduceat(contrib, starts[nonempty], dtype=np.uint32)
+    return out.view(np.int32)
+
+
+def index_key_hash(hashes: np.ndarray) -> np.ndarray:
+    """IndexFile keyHash: ``abs(hashCode)``, and 0 for Integer.MIN_VALUE (whose abs stays negative)."""
+    h = hashes.astype(np.int64)
+    out = np.abs(h)
+    out[h == INT32_MIN] = 0
+    return out.astype(np.int32)
