@@ -206,3 +206,76 @@ def query_offsets(files: list[IndexFileReader], key: str, max_num: int, begin: i
         if f.header.begin_timestamp < begin or len(out) >= max_num:
             break
     return out
+
+
+def needs_empty_tail_file(total_entries: int, max_index_num: int, any_message_after_last_entry: bool) -> bool:
+    """The broker opens a new (empty) file at the start of the next message once the last is full.
+
+    ``IndexService.buildIndex`` calls ``retryGetAndCreateIndexFile`` for every dispatched
+    message, keys or not, so a full last file followed by any message gives an empty file
+    (indexCount 1, begin/end values inherited). A store with messages but no keys has one.
+    """
+    if total_entries == 0:
+        return any_message_after_last_entry
+    return total_entries % entries_per_file(max_index_num) == 0 and any_message_after_last_entry
+
+
+class IndexFileSeries:
+    """Streaming IndexService: feed entries in commitlog order, get each file as it fills up.
+
+    For one process writing a whole store (the generator); the Spark rebuild computes the
+    same file boundaries from entry counts and builds the files in parallel.
+    """
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.per_file = entries_per_file(cfg.maxIndexNum)
+        self._parts: list[np.ndarray] = []  # (n, 3) int64: key hash, phy offset, store timestamp
+        self._pending = 0
+        self._inherited = (0, 0)
+        self._last_entry_offset = -1
+        self._last_message_offset = -1
+        self.headers: list[IndexHeader] = []
+        self.entries = 0
+
+    def add(
+        self, key_hash: np.ndarray, phy_offset: np.ndarray, store_timestamp: np.ndarray, last_message_offset: int
+    ) -> list[tuple[IndexHeader, bytes]]:
+        """Add entries (in put order); ``last_message_offset``: the newest message record seen so far."""
+        self._last_message_offset = max(self._last_message_offset, last_message_offset)
+        out = []
+        if len(key_hash):
+            self._last_entry_offset = int(phy_offset[-1])
+            self.entries += len(key_hash)
+            self._parts.append(np.stack([np.asarray(key_hash, np.int64), phy_offset, store_timestamp], axis=1))
+            self._pending += len(key_hash)
+        while self._pending >= self.per_file and self._more_after(self.per_file):
+            out.append(self._build(self.per_file))
+        return out
+
+    def _more_after(self, n: int) -> bool:
+        """A full file is final once a later entry or message exists (or at finish)."""
+        return self._pending > n or self._last_message_offset > self._last_entry_offset
+
+    def _build(self, n: int) -> tuple[IndexHeader, bytes]:
+        allp = np.concatenate(self._parts) if self._parts else np.zeros((0, 3), np.int64)
+        take, rest = allp[:n], allp[n:]
+        self._parts = [rest] if len(rest) else []
+        self._pending = len(rest)
+        header, data = build_index_file(take[:, 0], take[:, 1], take[:, 2], self._inherited, self.cfg)
+        self._inherited = (header.end_phy_offset, header.end_timestamp)
+        self.headers.append(header)
+        return header, data
+
+    def finish(self) -> list[tuple[IndexHeader, bytes]]:
+        """The remaining files, including the broker's empty tail file when one is due."""
+        out = []
+        if not self.cfg.messageIndexEnable or self._last_message_offset < 0:
+            return out
+        while self._pending > 0:
+            out.append(self._build(min(self._pending, self.per_file)))
+        if needs_empty_tail_file(
+            self.entries, self.cfg.maxIndexNum, self._last_message_offset > self._last_entry_offset
+        ):
+            out.append(self._build(0))
+        return out

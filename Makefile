@@ -1,0 +1,42 @@
+# Every target sets itself up: a fresh machine needs nothing but python3 and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+DEMO := demo
+BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
+
+.PHONY: setup java run test lint bench clean
+
+setup: $(STAMP) java
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+# Spark 4 needs Java 17+: install Debian's headless JRE when it is missing or too old.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+		echo "installing openjdk-17-jre-headless (found java: $${v:-none})"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless; \
+	fi
+
+# The main job end to end on the built-in demo store: generate once, rebuild, audit.
+run: setup
+	$(VENV)/bin/rmqstore demo --dir $(DEMO)
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: setup
+	$(PY) -m jobs.bench --dir $(BENCH_DIR)
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

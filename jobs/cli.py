@@ -1,0 +1,73 @@
+"""``rmqstore <verb>``: one command line for every job.
+
+Each verb is a module in ``jobs/`` with ``add_arguments(parser)`` and ``run(args) -> int``,
+and is also a spark-submit entry point (``spark-submit jobs/<verb>.py ...``).
+Exit codes: 0 success/clean, 1 findings or refused, 2 could not run (bad input, bad config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from storelib.config import BrokerConfig, load_broker_config
+from storelib.constants import ConfigError, StoreFormatError
+
+VERBS = {
+    "generate": "write a realistic demo/test store the way a broker would",
+    "inspect": "describe a store: segments, queues, index files, checkpoint",
+    "rebuild": "rebuild ConsumeQueue and IndexFile files from the commitlog with Spark",
+    "audit": "compare a live store with the rebuilt index and report divergences",
+    "recover": "put a verified index back into a stopped store, with backup and undo",
+    "demo": "generate the demo store once, rebuild, audit, print where the outputs are",
+}
+
+
+def add_broker_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--broker-config",
+        metavar="FILE",
+        help="the broker's properties file (broker.conf); unset settings take RocketMQ's defaults",
+    )
+
+
+def add_spark_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit sets)")
+    p.add_argument("--profile", default="local", help="settings from conf/<profile>.conf (local, cluster)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+
+
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    return load_broker_config(getattr(args, "broker_config", None))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmqstore", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb, help_text in VERBS.items():
+        module = importlib.import_module(f"jobs.{verb}")
+        module.add_arguments(sub.add_parser(verb, help=help_text, description=help_text))
+    return p
+
+
+def run_verb(verb: str, argv: list[str] | None) -> int:
+    """Entry point of ``spark-submit jobs/<verb>.py``: the same options as ``rmqstore <verb>``."""
+    return main([verb, *(sys.argv[1:] if argv is None else argv)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    module = importlib.import_module(f"jobs.{args.verb}")
+    try:
+        return module.run(args)
+    except (ConfigError, StoreFormatError, FileNotFoundError, PermissionError) as exc:
+        print(f"rmqstore {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rmqstore {args.verb}: interrupted", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

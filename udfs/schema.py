@@ -1,0 +1,40 @@
+"""Arrow schemas of what the executors hand back to Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: rows produced by parsing commitlog segments (udfs.parse.parse_segments), one per
+#: message record (kind 0), plus one per segment end (kind 1) and per damaged record (kind 2)
+KIND_MESSAGE = 0
+KIND_SEGMENT_END = 1
+KIND_DAMAGE = 2
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("segment", pa.string()),  # commitlog file name (20-digit start offset)
+        ("kind", pa.int8()),
+        ("commitlog_offset", pa.int64()),  # record / end-of-records / damaged record offset
+        ("size", pa.int32()),  # TOTALSIZE
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("sys_flag", pa.int32()),
+        ("tags_code", pa.int64()),
+        ("tags", pa.string()),
+        ("keys", pa.string()),
+        ("uniq_key", pa.string()),
+        ("born_timestamp", pa.int64()),
+        ("store_timestamp", pa.int64()),
+        ("to_consume_queue", pa.bool_()),
+        ("crc_ok", pa.bool_()),
+        ("multi_dispatch", pa.bool_()),
+        ("key_hashes", pa.list_(pa.int32())),  # IndexFile keyHash of each key, in put order
+        ("index_seq", pa.int64()),  # index entries before this record in its segment; kind 1: total
+        ("reason", pa.string()),  # kind 1: why records stop; kind 2: damage kind
+        ("detail", pa.string()),
+        ("messages", pa.int64()),  # kind 1: message records in the segment
+        ("last_store_timestamp", pa.int64()),  # kind 1: of the segment's last message
+        ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
+    ]
+)
