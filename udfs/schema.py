@@ -36,5 +36,38 @@ RECORD_SCHEMA = pa.schema(
         ("messages", pa.int64()),  # kind 1: message records in the segment
         ("last_store_timestamp", pa.int64()),  # kind 1: of the segment's last message
         ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
+        ("last_message_offset", pa.int64()),  # kind 1: commitlog offset of its last message record
+    ]
+)
+
+#: input of the parse stage: one row per commitlog segment
+SEGMENT_SCHEMA = pa.schema(
+    [("uri", pa.string()), ("segment", pa.string()), ("start", pa.int64()), ("size", pa.int64())]
+)
+
+#: one row per queue written by udfs.write.write_consume_queues
+QUEUE_SUMMARY_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("entries", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),  # one past the last queue offset
+        ("files", pa.list_(pa.string())),
+        ("findings", pa.string()),  # JSON list of storelib.findings.Finding dicts
+    ]
+)
+
+#: one row per IndexFile written by udfs.write.write_index_files
+INDEX_SUMMARY_SCHEMA = pa.schema(
+    [
+        ("file_no", pa.int64()),
+        ("name", pa.string()),
+        ("begin_timestamp", pa.int64()),
+        ("end_timestamp", pa.int64()),
+        ("begin_phy_offset", pa.int64()),
+        ("end_phy_offset", pa.int64()),
+        ("hash_slot_count", pa.int32()),
+        ("index_count", pa.int32()),
     ]
 )
