@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from storelib.config import BrokerConfig, load_broker_config
+
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8-sample"
 
 
@@ -16,3 +18,17 @@ def spark():
     session, _ = spark_session("rmqstore-tests", master="local[2]", overrides=["spark.sql.shuffle.partitions=4"])
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    """The 4.9.8 sample store (see its README.md); tests that need it are skipped when it is absent."""
+    if not (FIXTURE_DIR / "broker.conf").is_file():
+        pytest.skip(f"RocketMQ 4.9.8 sample store not found at {FIXTURE_DIR}")
+    return FIXTURE_DIR
+
+
+@pytest.fixture(scope="session")
+def fixture_cfg(fixture_dir: Path) -> BrokerConfig:
+    """The sample store's broker.conf."""
+    return load_broker_config(fixture_dir / "broker.conf")

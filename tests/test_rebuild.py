@@ -1,0 +1,159 @@
+"""End-to-end rebuilds on real Spark (local[2]) against stores the real 4.9.8 broker wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs.rebuild import RebuildError, rebuild
+from storelib.commitlog import Message, encode_message
+from storelib.config import BrokerConfig, load_broker_config
+from tests.conftest import FIXTURE_DIR
+
+pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture not present")
+
+
+@pytest.fixture(scope="module")
+def cfg() -> BrokerConfig:
+    return load_broker_config(FIXTURE_DIR / "broker.conf")
+
+
+def tree_digest(root: Path, sub: str) -> dict[str, str]:
+    """sha256 of every file under root/sub, by relative path."""
+    base = root / sub
+    return {
+        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
+
+
+def assert_same_index(live: Path, rebuilt: Path) -> None:
+    """ConsumeQueue files equal by path and bytes; IndexFiles equal by bytes, in name order (names differ)."""
+    assert tree_digest(rebuilt, "consumequeue") == tree_digest(live, "consumequeue")
+    live_index = list(tree_digest(live, "index").values())
+    rebuilt_index = list(tree_digest(rebuilt, "index").values())
+    assert rebuilt_index == live_index
+
+
+@pytest.mark.parametrize("store", ["clean", "expired"])
+def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
+    out = tmp_path / "out"
+    result = rebuild(spark, str(FIXTURE_DIR / store), str(out), cfg)
+    result.records.unpersist()
+    assert_same_index(FIXTURE_DIR / store, out)
+    summary = json.loads(
+        (FIXTURE_DIR / "expected" / ("expired/" if store == "expired" else "") / "dump_summary.json").read_text()
+    )
+    assert result.report["commitlog"]["messages"] == summary["messages"]
+    assert result.report["commitlog"]["max_offset"] == summary["maxPhyOffset"]
+    assert sum(q["entries"] for q in result.report["consume_queues"]) == summary["cqEntries"]
+    assert [f for f in result.report["findings"] if f["severity"] != "info"] == []
+
+
+def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spark, cfg, tmp_path):
+    """crashed/ = clean/ + damage: both CRC failures are reported and, unlike the broker, nothing after them is lost."""
+    out = tmp_path / "out"
+    result = rebuild(spark, str(FIXTURE_DIR / "crashed"), str(out), cfg)
+    result.records.unpersist()
+    assert_same_index(FIXTURE_DIR / "clean", out)
+    crc = [
+        (f["file"], f["commitlog_offset"], f["file_offset"])
+        for f in result.report["findings"]
+        if f["kind"] == "crc-mismatch"
+    ]
+    assert crc == [
+        ("commitlog/00000000000001835008", 1965519, 130511),
+        ("commitlog/00000000000001835008", 1965763, 130755),
+    ]
+    last = result.report["commitlog"]["segments"][-1]
+    assert (last["file"], last["end_reason"], last["messages"]) == ("00000000000003538944", "zero-tail", 0)
+
+
+def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
+    out = tmp_path / "out"
+    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg).records.unpersist()
+    first = tree_digest(out, "")
+    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg).records.unpersist()
+    assert tree_digest(out, "") == first
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old output left behind
+
+
+def copy_store(name: str, dest: Path) -> Path:
+    shutil.copytree(FIXTURE_DIR / name, dest, ignore=shutil.ignore_patterns("consumequeue", "index", "DAMAGE.md"))
+    for p in dest.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return dest
+
+
+def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spark, cfg, tmp_path):
+    store = copy_store("clean", tmp_path / "store")
+    seg = store / "commitlog" / "00000000000000393216"
+    data = bytearray(seg.read_bytes())
+    data[1000:1016] = b"\xde\xad\xbe\xef" * 4  # lands inside a record: framing from there on is lost
+    seg.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    with pytest.raises(RebuildError) as err:
+        rebuild(spark, str(store), str(out), cfg)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["store"]
+    errors = [f for f in err.value.findings if f.severity == "error"]
+    assert len(errors) == 1 and errors[0].file == "commitlog/00000000000000393216"
+    assert 393216 < errors[0].commitlog_offset <= 393216 + 1000
+
+    result = rebuild(spark, str(store), str(out), cfg, on_error="skip-segment")
+    result.records.unpersist()
+    kinds = {f["kind"] for f in result.report["findings"]}
+    assert "segments-skipped" in kinds and "queue-offset-gap" in kinds
+
+
+def test_missing_segment_is_a_reported_gap(spark, cfg, tmp_path):
+    store = copy_store("clean", tmp_path / "store")
+    (store / "commitlog" / "00000000000001048576").unlink()
+    with pytest.raises(RebuildError) as err:
+        rebuild(spark, str(store), str(tmp_path / "out"), cfg)
+    gaps = [f for f in err.value.findings if f.kind == "segment-gap"]
+    assert [(g.commitlog_offset, g.count) for g in gaps] == [(1048576, 131072)]
+
+
+def test_output_inside_the_store_is_refused(spark, cfg, tmp_path):
+    store = copy_store("expired", tmp_path / "store")
+    with pytest.raises(ValueError, match="never writes into a store"):
+        rebuild(spark, str(store), str(store / "rebuilt"), cfg)
+
+
+def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
+    cfg = BrokerConfig(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=200, maxHashSlotNum=7, maxIndexNum=10)
+    records = b""
+    for i, topic in enumerate(["ok_topic", "../../escape", "ok_topic"]):
+        m = Message(
+            topic=topic,
+            body=b"x",
+            queue_offset=0 if i < 2 else 1,
+            physical_offset=len(records),
+            store_timestamp=1_700_000_000_000 + i,
+            properties="KEYS\x01k",
+        )
+        records += encode_message(m)
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / "00000000000000000000").write_bytes(records + bytes(4096 - len(records)))
+    out = tmp_path / "out"
+    result = rebuild(spark, str(store), str(out), cfg)
+    result.records.unpersist()
+    hostile = [f for f in result.report["findings"] if f["kind"] == "hostile-topic-name"]
+    assert [h["topic"] for h in hostile] == ["../../escape"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(
+        [
+            "store/commitlog/00000000000000000000",
+            "out/consumequeue/ok_topic/0/00000000000000000000",
+            "out/checkpoint",
+            "out/rebuild.json",
+            *[f"out/index/{f['name']}" for f in result.report["index_files"]],
+        ]
+    )
