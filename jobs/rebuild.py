@@ -16,6 +16,7 @@ if __package__ in (None, ""):
 import argparse
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import posixpath
@@ -35,14 +36,17 @@ from storelib.indexfile import build_index_file, deterministic_names, entries_pe
 from udfs.fs import join, list_files, resolve, write_file
 from udfs.parse import segment_parser
 from udfs.schema import (
+    INDEX_EDGE_SCHEMA,
     INDEX_SUMMARY_SCHEMA,
-    KIND_MESSAGE,
+    KIND_CQ_RUN,
+    KIND_DAMAGE,
+    KIND_INDEX_RUN,
     KIND_SEGMENT_END,
     QUEUE_SUMMARY_SCHEMA,
     RECORD_SCHEMA,
     SEGMENT_SCHEMA,
 )
-from udfs.write import consume_queue_writer, index_file_writer
+from udfs.write import consume_queue_writer, index_entries_at, index_file_writer
 
 REPORT_FORMAT = "rmq-store-rebuild/1"
 REPORT_NAME = "rebuild.json"
@@ -68,9 +72,16 @@ class Segment:
 @dataclasses.dataclass
 class RebuildResult:
     report: dict[str, Any]  # also OUT/rebuild.json
-    records: Any  # the parsed records DataFrame (persisted; unpersist when done)
     seconds: float
     out: str
+    spark: Any
+    segments: list[Segment]
+    cfg: BrokerConfig
+
+    @functools.cached_property
+    def records(self) -> Any:
+        """One row per message record (parse_store "messages" mode), persisted on first use: unpersist it."""
+        return parse_store(self.spark, self.segments, self.cfg).persist()
 
 
 # --- 1. segments --------------------------------------------------------------------------
@@ -138,11 +149,11 @@ def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Fi
 # --- 2. parse -------------------------------------------------------------------------------
 
 
-def parse_store(spark: Any, segments: list[Segment], cfg: BrokerConfig) -> Any:
-    """Records DataFrame (RECORD_SCHEMA): one task per segment."""
+def parse_store(spark: Any, segments: list[Segment], cfg: BrokerConfig, mode: str = "messages") -> Any:
+    """RECORD_SCHEMA DataFrame of the segments, one task per segment (modes: see udfs.parse)."""
     rows = [(s.uri, s.name, s.start, s.size) for s in segments]
     seg_df = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), _spark_schema(SEGMENT_SCHEMA))
-    return seg_df.mapInArrow(segment_parser(cfg), _spark_schema(RECORD_SCHEMA))
+    return seg_df.mapInArrow(segment_parser(cfg, mode), _spark_schema(RECORD_SCHEMA))
 
 
 def _spark_schema(arrow_schema: Any) -> Any:
@@ -217,10 +228,9 @@ def damage_findings(rows: list[dict[str, Any]], segments: list[Segment]) -> list
 # --- 3, 4. write ----------------------------------------------------------------------------
 
 
-def write_consume_queues(records: Any, staging: str, cfg: BrokerConfig, partitions: int) -> list[dict[str, Any]]:
-    entries = records.where(f"kind = {KIND_MESSAGE} AND to_consume_queue").select(
-        "topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"
-    )
+def write_consume_queues(runs: Any, staging: str, cfg: BrokerConfig, partitions: int) -> list[dict[str, Any]]:
+    """Runs of units grouped by queue and ordered by queue offset, each queue streamed into its files."""
+    entries = runs.where(f"kind = {KIND_CQ_RUN}").select("topic", "queue_id", "queue_offset", "count", "data")
     written = (
         entries.repartition(partitions, "topic", "queue_id")
         .sortWithinPartitions("topic", "queue_id", "queue_offset")
@@ -230,9 +240,13 @@ def write_consume_queues(records: Any, staging: str, cfg: BrokerConfig, partitio
 
 
 def write_index_files(
-    spark: Any, records: Any, staging: str, cfg: BrokerConfig, segments: list[Segment], ends: dict[str, dict[str, Any]]
+    spark: Any, runs: Any, staging: str, cfg: BrokerConfig, segments: list[Segment], ends: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Number entries globally from per-segment counts, plan the files, build each in its own task."""
+    """Number entries globally from per-segment counts, plan the files, build each in its own task.
+
+    Entry g (0-based, commitlog order) goes to file g // (maxIndexNum - 1). A run of entries
+    that straddles a boundary is sent to both files, which each take their slice.
+    """
     from pyspark.sql import functions as F
 
     if not cfg.messageIndexEnable:
@@ -246,26 +260,19 @@ def write_index_files(
     if last_message < 0:
         return []
     bases = spark.createDataFrame(list(base.items()), "segment string, base long")
-    entries = (
-        records.where(f"kind = {KIND_MESSAGE} AND size(key_hashes) > 0")
-        .select("segment", "index_seq", "commitlog_offset", "store_timestamp", F.posexplode("key_hashes"))
+    entry_runs = (
+        runs.where(f"kind = {KIND_INDEX_RUN} AND count > 0")
         .join(F.broadcast(bases), "segment")
-        .select(
-            (F.col("base") + F.col("index_seq") + F.col("pos")).alias("g"),
-            F.col("col").alias("key_hash"),
-            "commitlog_offset",
-            "store_timestamp",
-        )
-        .withColumn("file_no", F.floor(F.col("g") / per_file))
+        .select((F.col("base") + F.col("index_seq")).alias("g"), "count", "data")
     )
-    # the first and last entry of every file: names, inherited begin values, the tail rule
+    wanted = sorted(
+        {g for k in range(1, -(-total // per_file) + 1) for g in (k * per_file - 1, k * per_file)} | {0, total - 1}
+    )
     edges = {
         r["g"]: r
-        for r in entries.where(
-            (F.col("g") % per_file == 0) | (F.col("g") % per_file == per_file - 1) | (F.col("g") == total - 1)
-        )
-        .select("g", "commitlog_offset", "store_timestamp")
-        .collect()
+        for r in entry_runs.mapInArrow(
+            index_entries_at([g for g in wanted if 0 <= g < total]), _spark_schema(INDEX_EDGE_SCHEMA)
+        ).collect()
     }
     files = -(-total // per_file)
     last_entry_offset = edges[total - 1]["commitlog_offset"] if total else -1
@@ -282,9 +289,14 @@ def write_index_files(
     summaries = []
     if files:
         built = (
-            entries.repartition(files, "file_no")
+            entry_runs.withColumn(
+                "file_no",
+                F.explode(
+                    F.sequence(F.floor(F.col("g") / per_file), F.floor((F.col("g") + F.col("count") - 1) / per_file))
+                ),
+            )
+            .repartition(files, "file_no")
             .sortWithinPartitions("file_no", "g")
-            .select("file_no", "key_hash", "commitlog_offset", "store_timestamp")
             .mapInArrow(index_file_writer(staging, cfg, plan), _spark_schema(INDEX_SUMMARY_SCHEMA))
         )
         summaries = [r.asDict() for r in built.collect()]
@@ -376,16 +388,16 @@ def rebuild(
     segments, findings = list_segments(store, cfg)
     if not segments:
         raise FileNotFoundError(f"{store}: the commitlog directory holds no segments")
-    records = parse_store(spark, segments, cfg).persist()
+    runs = parse_store(spark, segments, cfg, mode="dispatch").persist()
     with Progress(spark, len(segments), sum(s.size for s in segments)) if progress else contextlib.nullcontext():
-        other = [r.asDict() for r in records.where(f"kind != {KIND_MESSAGE}").collect()]
+        other = [r.asDict() for r in runs.where(f"kind IN ({KIND_SEGMENT_END}, {KIND_DAMAGE})").collect()]
     ends = {r["segment"]: r for r in other if r["kind"] == KIND_SEGMENT_END}
     findings += classify_ends(segments, ends)
     findings += damage_findings([r for r in other if r["kind"] != KIND_SEGMENT_END], segments)
     errors = [f for f in findings if f.severity == "error"]
     skipped: list[str] = []
     if errors and on_error == "stop":
-        records.unpersist()
+        runs.unpersist()
         raise RebuildError(
             f"{len(errors)} error(s) in the commitlog; nothing was written "
             "(--on-error skip-segment leaves the damaged segments out)",
@@ -405,7 +417,7 @@ def rebuild(
             )
         )
     usable = [s for s in segments if s.name not in skipped]
-    usable_records = records.where(~records.segment.isin(skipped)) if skipped else records
+    usable_runs = runs.where(~runs.segment.isin(skipped)) if skipped else runs
     for name in skipped:
         ends[name] = {**ends[name], "index_seq": 0, "messages": 0, "last_message_offset": -1}
 
@@ -414,10 +426,10 @@ def rebuild(
     staging_uri = staging if "://" not in out else out.rstrip("/") + staging[len(out_path) :]
     try:
         partitions = max(2, spark.sparkContext.defaultParallelism)
-        queues = write_consume_queues(usable_records, staging_uri, cfg, partitions)
+        queues = write_consume_queues(usable_runs, staging_uri, cfg, partitions)
         for q in queues:
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
-        index_files = write_index_files(spark, usable_records, staging_uri, cfg, usable, ends)
+        index_files = write_index_files(spark, usable_runs, staging_uri, cfg, usable, ends)
         checkpoint = Checkpoint(
             physic_msg_timestamp=max((e["last_store_timestamp"] for e in ends.values()), default=0),
             logics_msg_timestamp=max((e["last_cq_store_timestamp"] for e in ends.values()), default=0),
@@ -431,9 +443,10 @@ def rebuild(
     except BaseException:
         if fs.get_file_info(staging).type == pafs.FileType.Directory:
             fs.delete_dir(staging)
-        records.unpersist()
         raise
-    return RebuildResult(report, records, time.monotonic() - t0, out)
+    finally:
+        runs.unpersist()
+    return RebuildResult(report, time.monotonic() - t0, out, spark, segments, cfg)
 
 
 def build_report(
@@ -517,8 +530,8 @@ def run(args: argparse.Namespace) -> int:
     if args.catalog:
         from jobs.catalog import write_catalog
 
-        write_catalog(spark, result.records.where(f"kind = {KIND_MESSAGE}"), args.catalog, args.store_id or args.store)
-    result.records.unpersist()
+        write_catalog(spark, result.records, args.catalog, args.store_id or args.store)
+        result.records.unpersist()
     findings = [Finding.from_dict(f) for f in result.report["findings"]]
     print_findings(findings)
     print(summary_line(result, startup))

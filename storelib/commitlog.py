@@ -14,6 +14,7 @@ bytes), the broker writes a BLANK record there": TOTALSIZE = bytes left, MAGIC =
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import struct
 import zlib
@@ -311,11 +312,36 @@ class RecordBatch:
     prepared_transaction_offset: np.ndarray  # int64
     body_length: np.ndarray  # int32
     crc_ok: np.ndarray  # bool; True when CRC checking is off
-    topic: list[str]
-    properties: list[dict[str, str]]
+    topic_code: np.ndarray  # int32: index into topic_names
+    topic_names: list[str]
+    buf: np.ndarray  # uint8: the bytes the positions below point into
+    topic_start: np.ndarray  # int64 positions in buf
+    props_start: np.ndarray
+    props_len: np.ndarray
 
     def __len__(self) -> int:
         return len(self.physical_offset)
+
+    @property
+    def topic(self) -> list[str]:
+        return np.array(self.topic_names, dtype=object)[self.topic_code].tolist()
+
+    @functools.cached_property
+    def properties(self) -> list[dict[str, str]]:
+        """Every record's properties parsed one by one (``parse_properties``); dispatch does not need this."""
+        raw = self.buf.tobytes()
+        return [
+            parse_properties(raw[s : s + n].decode("utf-8", "replace"))
+            for s, n in zip(self.props_start.tolist(), self.props_len.tolist())
+        ]
+
+    def text(self, start: np.ndarray, length: np.ndarray) -> list[str | None]:
+        """Strings at (start, length) positions of buf; None where start < 0."""
+        raw = self.buf.tobytes() if len(start) else b""
+        return [
+            None if s < 0 else raw[s : s + n].decode("utf-8", "replace")
+            for s, n in zip(start.tolist(), length.tolist())
+        ]
 
 
 def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -384,6 +410,26 @@ class SegmentScanner:
                     )
                     break
             rel = pos - buf_pos
+            # fast path: whole message records already in buf, one tight loop
+            limit, stop, cap = len(buf) - 8, min(len(buf), size - buf_pos), self.batch_records
+            append, unpack = positions.append, _II.unpack_from
+            while rel <= limit and len(positions) < cap:
+                total, magic = unpack(buf, rel)
+                if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < MIN_RECORD_SIZE:
+                    break
+                if rel + total > stop:
+                    break
+                append(rel)
+                rel += total
+            if len(positions) >= cap:
+                pos = buf_pos + rel
+                yield from self._decode(buf, buf_pos, positions)
+                positions = []
+                continue
+            if pos != buf_pos + rel:
+                pos = buf_pos + rel
+                continue
+            left = size - pos
             if left < 8:
                 if any(buf[rel:]):
                     self.end = SegmentEnd(self.file, END_TORN, self.base + pos, f"{left} stray bytes at the end")
@@ -471,12 +517,14 @@ class SegmentScanner:
         off_store_ts = p + OFF_BORNHOST + born_len
         off_reconsume = off_store_ts + 8 + store_len
         off_body_len = off_reconsume + 12
-        body_len = _gather(a, off_body_len, 4, ">i4").astype(np.int64)
-        v2 = magic == MESSAGE_MAGIC_CODE_V2
         end = p + total
+        # guard every read past the IPv4 minimum: IPv6 flags on a short record must not index past it
+        sane = off_body_len + 4 <= end
+        body_len = _gather(a, np.where(sane, off_body_len, p), 4, ">i4").astype(np.int64)
+        v2 = magic == MESSAGE_MAGIC_CODE_V2
         off_topic_len = off_body_len + 4 + body_len
         # guard reads of the variable part: a bad BODYLENGTH must not index past the record
-        sane = (body_len >= 0) & (off_topic_len + 2 <= end)
+        sane &= (body_len >= 0) & (off_topic_len + 2 <= end)
         safe_topic_len_pos = np.where(sane, off_topic_len, p)
         topic_len = np.where(
             v2,
@@ -530,10 +578,8 @@ class SegmentScanner:
                         f"BODYCRC {int(crc[i])} stored, {int(crcs[i]) & 0x7FFFFFFF} computed",
                     )
                 )
-        topics, props = _variable_fields(
-            buf, off_topic.tolist(), topic_len.tolist(), (off_props_len + 2).tolist(), props_len.tolist()
-        )
         store_ts = _gather(a, off_store_ts, 8, ">i8")
+        topic_code, topic_names = _topics(a, off_topic, topic_len)
         self.messages += len(p)
         self.last_store_timestamp = int(store_ts[-1])
         yield RecordBatch(
@@ -551,23 +597,81 @@ class SegmentScanner:
             prepared_transaction_offset=_gather(a, off_reconsume + 4, 8, ">i8").astype(np.int64),
             body_length=body_len.astype(np.int32),
             crc_ok=crc_ok,
-            topic=topics,
-            properties=props,
+            topic_code=topic_code,
+            topic_names=topic_names,
+            buf=a,
+            topic_start=off_topic,
+            props_start=off_props_len + 2,
+            props_len=props_len,
         )
 
 
-def _variable_fields(
-    buf: bytes, topic_at: list[int], topic_len: list[int], props_at: list[int], props_len: list[int]
-) -> tuple[list[str], list[dict[str, str]]]:
-    """Topics (interned through a small cache) and parsed properties of each record."""
-    cache: dict[bytes, str] = {}
-    topics = []
-    props = []
-    for ts, tl, ps, pl in zip(topic_at, topic_len, props_at, props_len):
-        raw = buf[ts : ts + tl]
-        t = cache.get(raw)
-        if t is None:
-            t = cache[raw] = raw.decode("utf-8", "replace")
-        topics.append(t)
-        props.append(parse_properties(buf[ps : ps + pl].decode("utf-8", "replace")) if pl else {})
-    return topics, props
+def _topics(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each record's topic as a code into the distinct topics, each decoded once.
+
+    Records are grouped by a 64-bit fingerprint of their topic bytes; a fingerprint
+    collision (two different topics) is detected and resolved by exact comparison.
+    """
+    width = int(length.max()) if len(length) else 0
+    words = -(-(width + 2) // 8)
+    cols = np.arange(width)
+    mask = cols < length[:, None]
+    mat = np.zeros((len(start), words * 8), dtype=np.uint8)
+    mat[:, :width][mask] = a[(start[:, None] + cols)[mask]]
+    mat[:, width : width + 2] = length.astype(">u2").view(np.uint8).reshape(-1, 2)
+    w = mat.view(np.uint64)
+    fp = np.zeros(len(start), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(words):
+            fp = (fp ^ w[:, j]) * np.uint64(0x100000001B3)
+    _, first, code = np.unique(fp, return_index=True, return_inverse=True)
+    if not (w == w[first[code]]).all():
+        _, first, code = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+    names = [a[start[i] : start[i] + length[i]].tobytes().decode("utf-8", "replace") for i in first.tolist()]
+    return code.ravel().astype(np.int32), names
+
+
+def find_properties(
+    a: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Value (start, length) in ``a`` of each named property of each record, start -1 when absent.
+
+    ``string2messageProperties`` without a per-record loop: pieces split by ``\\x02``, the
+    first ``\\x01`` of a piece ends its name; pieces with an empty name or an empty value
+    are skipped and a later duplicate wins. ``start`` must be ascending (record order).
+    """
+    n = len(start)
+    end = start + length
+    out = {name: (np.full(n, -1, np.int64), np.zeros(n, np.int64)) for name in names}
+    if n == 0 or not length.any():
+        return out
+    sep = positions_within(a, start, end, PROPERTY_SEPARATOR.encode())
+    nv = positions_within(a, start, end, NAME_VALUE_SEPARATOR.encode())
+    # ranges are ascending and hold their separators, so inserting keeps everything sorted
+    before = np.searchsorted(sep, start)
+    piece_start = np.insert(sep + 1, before, start)
+    piece_end = np.insert(sep, np.searchsorted(sep, end), end)
+    piece_rec = np.repeat(np.arange(n), np.diff(np.append(before, len(sep))) + 1)
+    k = np.searchsorted(nv, piece_start)
+    has = k < len(nv)
+    kv = np.where(has, nv[np.minimum(k, max(len(nv) - 1, 0))] if len(nv) else 0, 0)
+    valid = has & (kv > piece_start) & (kv < piece_end - 1)
+    name_len = kv - piece_start
+    for name in names:
+        raw = np.frombuffer(name.encode(), dtype=np.uint8)
+        c = np.flatnonzero(valid & (name_len == len(raw)))
+        c = c[(a[piece_start[c][:, None] + np.arange(len(raw))] == raw).all(axis=1)]
+        rec = piece_rec[c]
+        last = np.concatenate((rec[1:] != rec[:-1], [True])) if len(rec) else np.zeros(0, bool)
+        vs, vl = out[name]
+        vs[rec[last]] = kv[c][last] + 1
+        vl[rec[last]] = piece_end[c][last] - kv[c][last] - 1
+    return out
+
+
+def positions_within(a: np.ndarray, start: np.ndarray, end: np.ndarray, byte: bytes) -> np.ndarray:
+    """Positions of ``byte`` in ``a`` that fall inside one of the ascending ranges [start, end)."""
+    lo, hi = int(start.min()), int(end.max())
+    p = np.flatnonzero(a[lo:hi] == byte[0]) + lo
+    r = np.searchsorted(start, p, side="right") - 1
+    return p[(r >= 0) & (p < end[np.maximum(r, 0)])]

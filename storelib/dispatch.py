@@ -15,9 +15,11 @@ import re
 
 import numpy as np
 
-from storelib.commitlog import RecordBatch
+from storelib.commitlog import RecordBatch, find_properties, positions_within
 from storelib.config import BrokerConfig
 from storelib.constants import (
+    INT32_MAX,
+    INT32_MIN,
     KEY_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -30,24 +32,35 @@ from storelib.constants import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from storelib.javahash import index_key_hash, java_hash_batch
+from storelib.javahash import combine_hash, index_key_hash, java_hash_batch, java_hash_utf8_runs
 
-_JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
+_JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 
 
 @dataclasses.dataclass
 class Dispatch:
     """What one RecordBatch dispatches. Index arrays are in put order (commitlog order, UNIQ_KEY first)."""
 
+    batch: RecordBatch
     to_consume_queue: np.ndarray  # bool per record
     tags_code: np.ndarray  # int64 per record
-    tags: list[str | None]
-    keys: list[str | None]
-    uniq_key: list[str | None]
     multi_dispatch: np.ndarray  # bool per record: INNER_MULTI_DISPATCH present (LMQ, not rebuilt)
     index_record: np.ndarray  # int64: the record (position in the batch) of each index entry
     index_key_hash: np.ndarray  # int32: IndexFile keyHash of each index entry
     bad_delay: list[tuple[int, str]]  # (record position, DELAY value) that Integer.parseInt rejects
+    values: dict[str, tuple[np.ndarray, np.ndarray]]  # TAGS/KEYS/UNIQ_KEY value (start, length) in batch.buf
+
+    @property
+    def tags(self) -> list[str | None]:
+        return self.batch.text(*self.values[PROPERTY_TAGS])
+
+    @property
+    def keys(self) -> list[str | None]:
+        return self.batch.text(*self.values[PROPERTY_KEYS])
+
+    @property
+    def uniq_key(self) -> list[str | None]:
+        return self.batch.text(*self.values[PROPERTY_UNIQ_KEY])
 
 
 def transaction_type(sys_flag: np.ndarray) -> np.ndarray:
@@ -69,52 +82,85 @@ def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     return out
 
 
+def _parse_int(value: str) -> int | None:
+    """``Integer.parseInt(value)``, or None where it throws (not a number, or outside the int range)."""
+    if not _JAVA_INT.match(value):
+        return None
+    try:
+        parsed = int(value)
+    except ValueError:  # more digits than Python's int() reads
+        return None
+    return parsed if INT32_MIN <= parsed <= INT32_MAX else None
+
+
 def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
+    """Dispatch a batch with numpy: no per-record Python except for non-ASCII strings and delay records."""
     n = len(batch)
+    a = batch.buf
     tran = transaction_type(batch.sys_flag)
     to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
     to_index = tran != TRANSACTION_ROLLBACK_TYPE if cfg.messageIndexEnable else np.zeros(n, dtype=bool)
-    props = batch.properties
-    tags = [p.get(PROPERTY_TAGS) for p in props]
-    keys = [p.get(PROPERTY_KEYS) for p in props]
-    uniq = [p.get(PROPERTY_UNIQ_KEY) for p in props]
-    multi = np.fromiter((PROPERTY_INNER_MULTI_DISPATCH in p for p in props), dtype=bool, count=n)
+    names = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_INNER_MULTI_DISPATCH)
+    values = find_properties(a, batch.props_start, batch.props_len, names)
 
     tags_code = np.zeros(n, dtype=np.int64)
-    tagged = [i for i, t in enumerate(tags) if t]
-    if tagged:
-        distinct = sorted({tags[i] for i in tagged})
-        hashes = dict(zip(distinct, java_hash_batch(distinct).tolist()))
-        tags_code[tagged] = [hashes[tags[i]] for i in tagged]
+    tag_start, tag_len = values[PROPERTY_TAGS]
+    tagged = np.flatnonzero(tag_start >= 0)
+    tags_code[tagged] = java_hash_utf8_runs(a, tag_start[tagged], tag_len[tagged])[0]
 
     bad_delay: list[tuple[int, str]] = []
+    delay_start, delay_len = values[PROPERTY_DELAY]
     levels = cfg.delay_levels_ms
-    for i, topic in enumerate(batch.topic):
-        if topic == SCHEDULE_TOPIC:
-            value = props[i].get(PROPERTY_DELAY)
-            if value is None:
-                continue
-            if not _JAVA_INT.match(value):
-                bad_delay.append((i, value))
-                continue
-            level = min(int(value), len(levels))
-            if level > 0:
-                tags_code[i] = deliver_timestamp(level, int(batch.store_timestamp[i]), levels)
+    schedule = [c for c, t in enumerate(batch.topic_names) if t == SCHEDULE_TOPIC]
+    for i in np.flatnonzero((delay_start >= 0) & np.isin(batch.topic_code, schedule)).tolist():
+        value = a[delay_start[i] : delay_start[i] + delay_len[i]].tobytes().decode("utf-8", "replace")
+        parsed = _parse_int(value)
+        if parsed is None:
+            bad_delay.append((i, value))
+            continue
+        level = min(parsed, len(levels))
+        if level > 0:
+            tags_code[i] = deliver_timestamp(level, int(batch.store_timestamp[i]), levels)
 
-    index_strings: list[str] = []
-    index_record: list[int] = []
-    for i in np.flatnonzero(to_index).tolist():
-        ks = index_keys(batch.topic[i], uniq[i], keys[i])
-        index_strings.extend(ks)
-        index_record.extend([i] * len(ks))
+    record, key_start, key_len = _index_key_runs(a, values, to_index)
+    key_hash, key_units = java_hash_utf8_runs(a, key_start, key_len)
+    prefix = java_hash_batch([f"{t}#" for t in batch.topic_names])
+    full_hash = combine_hash(prefix[batch.topic_code[record]], key_hash, key_units) if len(record) else key_hash
     return Dispatch(
+        batch=batch,
         to_consume_queue=to_cq,
         tags_code=tags_code,
-        tags=tags,
-        keys=keys,
-        uniq_key=uniq,
-        multi_dispatch=multi,
-        index_record=np.asarray(index_record, dtype=np.int64),
-        index_key_hash=index_key_hash(java_hash_batch(index_strings)),
+        multi_dispatch=values[PROPERTY_INNER_MULTI_DISPATCH][0] >= 0,
+        index_record=record,
+        index_key_hash=index_key_hash(full_hash),
         bad_delay=bad_delay,
+        values={k: values[k] for k in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)},
     )
+
+
+def _index_key_runs(
+    a: np.ndarray, values: dict[str, tuple[np.ndarray, np.ndarray]], to_index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(record, start, length) of every index key in put order: UNIQ_KEY, then each non-empty KEYS token."""
+    uniq_start, uniq_len = values[PROPERTY_UNIQ_KEY]
+    keys_start, keys_len = values[PROPERTY_KEYS]
+    u = np.flatnonzero(to_index & (uniq_start >= 0))
+    k = np.flatnonzero(to_index & (keys_start >= 0))
+    ks, ke = keys_start[k], keys_start[k] + keys_len[k]
+    if len(k):
+        space = positions_within(a, ks, ke, KEY_SEPARATOR.encode())
+        before = np.searchsorted(space, ks)
+        tok_start = np.insert(space + 1, before, ks)
+        tok_end = np.insert(space, np.searchsorted(space, ke), ke)
+        tok_rec = np.repeat(k, np.diff(np.append(before, len(space))) + 1)
+        keep = tok_end > tok_start
+        tok_start, tok_end, tok_rec = tok_start[keep], tok_end[keep], tok_rec[keep]
+    else:
+        tok_start = tok_end = tok_rec = np.zeros(0, np.int64)
+    record = np.concatenate((u, tok_rec))
+    start = np.concatenate((uniq_start[u], tok_start))
+    length = np.concatenate((uniq_len[u], tok_end - tok_start))
+    # put order: by record, the UNIQ_KEY (rank 0) before the tokens (rank 1, by position)
+    rank = np.concatenate((np.zeros(len(u), np.int64), np.ones(len(tok_rec), np.int64)))
+    order = np.lexsort((start, rank, record))
+    return record[order].astype(np.int64), start[order], length[order]

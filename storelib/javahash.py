@@ -54,10 +54,10 @@ def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)
     joined = "".join(strings)
     if joined.isascii():
-        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
         lengths = np.fromiter((len(s) for s in strings), dtype=np.int64, count=n)
     else:
-        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2").astype(np.uint32)
+        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
         lengths = np.fromiter(
             (len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), dtype=np.int64, count=n
         )
@@ -66,20 +66,51 @@ def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
 
 def _hash_units(units: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Hash consecutive runs of code units: run i is ``lengths[i]`` units long."""
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    total = int(ends[-1]) if len(ends) else 0
     out = np.zeros(len(lengths), dtype=np.uint32)
+    total = int(lengths.sum())
     if total == 0:
         return out.view(np.int32)
-    run = np.repeat(np.arange(len(lengths)), lengths)
-    exponent = ends[run] - 1 - np.arange(total)
+    ends = np.cumsum(lengths)
+    # unit j of a run ending at e is multiplied by 31^(e - 1 - j)
+    exponent = np.repeat(ends - 1, lengths) - np.arange(total)
     pw = _pow31(int(lengths.max()))
     with np.errstate(over="ignore"):
-        contrib = units * pw[exponent]
+        contrib = units.astype(np.uint32, copy=False) * pw[exponent]
     nonempty = lengths > 0
-    out[nonempty] = np.add.reduceat(contrib, starts[nonempty], dtype=np.uint32)
+    out[nonempty] = np.add.reduceat(contrib, (ends - lengths)[nonempty], dtype=np.uint32)
     return out.view(np.int32)
+
+
+def java_hash_utf8_runs(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """hashCode and UTF-16 length of the UTF-8 strings at (start, length) in byte array ``a``.
+
+    ASCII runs are hashed byte by byte with numpy (a byte is a UTF-16 unit); runs with any
+    byte >= 0x80 are decoded and hashed over their UTF-16 code units.
+    """
+    length = np.asarray(length, dtype=np.int64)
+    total = int(length.sum())
+    if total == 0:
+        return np.zeros(len(length), np.int32), length.copy()
+    offs = np.cumsum(length) - length
+    units = a[np.repeat(start - offs, length) + np.arange(total)]
+    hashes = _hash_units(units, length)
+    utf16_len = length.copy()
+    nonempty = np.flatnonzero(length > 0)
+    wide = nonempty[np.maximum.reduceat(units, offs[nonempty]) >= 0x80]
+    if len(wide):
+        text = [a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in zip(start[wide], length[wide])]
+        hashes[wide] = java_hash_batch(text)
+        utf16_len[wide] = [len(t.encode("utf-16-be", "surrogatepass")) // 2 for t in text]
+    return hashes, utf16_len
+
+
+def combine_hash(prefix_hash: np.ndarray, suffix_hash: np.ndarray, suffix_utf16_len: np.ndarray) -> np.ndarray:
+    """hashCode(prefix + suffix) = hashCode(prefix) * 31^len(suffix) + hashCode(suffix), wrapping."""
+    pw = _pow31(int(suffix_utf16_len.max()) if len(suffix_utf16_len) else 0)
+    with np.errstate(over="ignore"):
+        hp = np.asarray(prefix_hash, dtype=np.int32).view(np.uint32)
+        hs = np.asarray(suffix_hash, dtype=np.int32).view(np.uint32)
+        return (hp * pw[suffix_utf16_len] + hs).astype(np.uint32).view(np.int32)
 
 
 def index_key_hash(hashes: np.ndarray) -> np.ndarray:

@@ -1,7 +1,13 @@
-"""Parse commitlog segments on executors: segment bytes -> Arrow batches of dispatch rows.
+"""Parse commitlog segments on executors: segment bytes -> Arrow batches.
 
 One task per segment; each reads its segment in chunks through pyarrow.fs (local, HDFS,
-S3), so memory per task does not grow with the segment size.
+S3), so memory per task does not grow with the segment size. Two output modes over the
+same scanner and dispatch rules:
+
+- ``dispatch`` (the rebuild): per scanner batch, the ConsumeQueue units of each queue as
+  packed runs (kind 3) and the IndexFile entries in put order (kind 4): a few rows per
+  batch instead of one per message, so Spark moves bytes, not rows;
+- ``messages`` (catalog, audit): one row per message record (kind 0).
 """
 
 from __future__ import annotations
@@ -13,39 +19,21 @@ import pyarrow as pa
 
 from storelib.commitlog import RecordBatch, SegmentScanner
 from storelib.config import BrokerConfig
+from storelib.constants import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.consumequeue import encode_units
 from storelib.dispatch import Dispatch, dispatch_batch
 from udfs.fs import resolve
-from udfs.schema import KIND_DAMAGE, KIND_MESSAGE, KIND_SEGMENT_END, RECORD_SCHEMA
+from udfs.schema import (
+    INDEX_ENTRY_DTYPE,
+    KIND_CQ_RUN,
+    KIND_DAMAGE,
+    KIND_INDEX_RUN,
+    KIND_MESSAGE,
+    KIND_SEGMENT_END,
+    RECORD_SCHEMA,
+)
 
-
-def _message_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) -> pa.RecordBatch:
-    n = len(b)
-    counts = np.bincount(d.index_record, minlength=n) if len(d.index_record) else np.zeros(n, np.int64)
-    ends = np.cumsum(counts)
-    offsets = np.concatenate(([0], ends)).astype(np.int32)
-    key_hashes = pa.ListArray.from_arrays(pa.array(offsets), pa.array(d.index_key_hash, pa.int32()))
-    cols = {
-        "segment": pa.array([segment] * n, pa.string()),
-        "kind": pa.array(np.full(n, KIND_MESSAGE, np.int8)),
-        "commitlog_offset": pa.array(b.physical_offset),
-        "size": pa.array(b.total_size),
-        "topic": pa.array(b.topic, pa.string()),
-        "queue_id": pa.array(b.queue_id),
-        "queue_offset": pa.array(b.queue_offset),
-        "sys_flag": pa.array(b.sys_flag),
-        "tags_code": pa.array(d.tags_code),
-        "tags": pa.array(d.tags, pa.string()),
-        "keys": pa.array(d.keys, pa.string()),
-        "uniq_key": pa.array(d.uniq_key, pa.string()),
-        "born_timestamp": pa.array(b.born_timestamp),
-        "store_timestamp": pa.array(b.store_timestamp),
-        "to_consume_queue": pa.array(d.to_consume_queue),
-        "crc_ok": pa.array(b.crc_ok),
-        "multi_dispatch": pa.array(d.multi_dispatch),
-        "key_hashes": key_hashes,
-        "index_seq": pa.array(index_before + ends - counts),
-    }
-    return _batch(cols, n)
+MODES = ("dispatch", "messages")
 
 
 def _batch(cols: dict[str, pa.Array], n: int) -> pa.RecordBatch:
@@ -58,8 +46,93 @@ def _row(**values: object) -> pa.RecordBatch:
     return _batch({k: pa.array([v], RECORD_SCHEMA.field(k).type) for k, v in values.items()}, 1)
 
 
-def parse_segment(uri: str, segment: str, start: int, size: int, cfg: BrokerConfig) -> Iterator[pa.RecordBatch]:
-    """Rows for every message record of one segment, then its damage rows and its end row."""
+def _strings(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """Arrow strings straight from the segment bytes at (start, length); null where start < 0."""
+    valid = start >= 0
+    length = np.where(valid, length, 0)
+    offsets = np.concatenate(([0], np.cumsum(length))).astype(np.int32)
+    data = a[np.repeat(start - offsets[:-1], length) + np.arange(offsets[-1])]
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    n = len(start)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, n - int(valid.sum()))
+
+
+def _key_hash_lists(d: Dispatch, n: int) -> tuple[pa.Array, np.ndarray]:
+    """Each record's index key hashes as a list column, and the number of entries before each record."""
+    counts = np.bincount(d.index_record, minlength=n)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(d.index_key_hash, pa.int32())), offsets[:-1]
+
+
+def message_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) -> pa.RecordBatch:
+    """One kind-0 row per message record."""
+    n = len(b)
+    key_hashes, before = _key_hash_lists(d, n)
+    topics = pa.array(b.topic_names, pa.string()).take(pa.array(b.topic_code))
+    cols = {
+        "segment": pa.array([segment] * n, pa.string()),
+        "kind": pa.array(np.full(n, KIND_MESSAGE, np.int8)),
+        "commitlog_offset": pa.array(b.physical_offset),
+        "size": pa.array(b.total_size),
+        "topic": topics,
+        "queue_id": pa.array(b.queue_id),
+        "queue_offset": pa.array(b.queue_offset),
+        "sys_flag": pa.array(b.sys_flag),
+        "tags_code": pa.array(d.tags_code),
+        "tags": _strings(b.buf, *d.values[PROPERTY_TAGS]),
+        "keys": _strings(b.buf, *d.values[PROPERTY_KEYS]),
+        "uniq_key": _strings(b.buf, *d.values[PROPERTY_UNIQ_KEY]),
+        "born_timestamp": pa.array(b.born_timestamp),
+        "store_timestamp": pa.array(b.store_timestamp),
+        "to_consume_queue": pa.array(d.to_consume_queue),
+        "crc_ok": pa.array(b.crc_ok),
+        "multi_dispatch": pa.array(d.multi_dispatch),
+        "key_hashes": key_hashes,
+        "index_seq": pa.array(index_before + before.astype(np.int64)),
+    }
+    return _batch(cols, n)
+
+
+def dispatch_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) -> pa.RecordBatch:
+    """Kind-3 rows (one per run of consecutive queue offsets of one queue) and one kind-4 row."""
+    cq = np.flatnonzero(d.to_consume_queue)
+    code, qid, qo = b.topic_code[cq], b.queue_id[cq], b.queue_offset[cq]
+    order = np.lexsort((qo, qid, code))  # stable within a queue: commitlog order
+    cq, code, qid, qo = cq[order], code[order], qid[order], qo[order]
+    new_run = np.ones(len(cq), dtype=bool)
+    new_run[1:] = (code[1:] != code[:-1]) | (qid[1:] != qid[:-1]) | (qo[1:] != qo[:-1] + 1)
+    starts = np.flatnonzero(new_run)
+    ends = np.append(starts[1:], len(cq))
+    units = encode_units(b.physical_offset[cq], b.total_size[cq], d.tags_code[cq])
+    runs = len(starts)
+    entries = np.empty(len(d.index_record), dtype=INDEX_ENTRY_DTYPE)
+    entries["key_hash"] = d.index_key_hash
+    entries["commitlog_offset"] = b.physical_offset[d.index_record]
+    entries["store_timestamp"] = b.store_timestamp[d.index_record]
+    n = runs + 1
+    kind = np.full(n, KIND_CQ_RUN, np.int8)
+    kind[-1] = KIND_INDEX_RUN
+    data = [units[s * 20 : e * 20] for s, e in zip(starts.tolist(), ends.tolist())] + [entries.tobytes()]
+    first_record = np.append(cq[starts], d.index_record[0] if len(entries) else 0)
+    cols = {
+        "segment": pa.array([segment] * n, pa.string()),
+        "kind": pa.array(kind),
+        "commitlog_offset": pa.array(b.physical_offset[first_record]),
+        "topic": pa.array([*(b.topic_names[c] for c in code[starts].tolist()), None], pa.string()),
+        "queue_id": pa.array(np.append(qid[starts], 0)),
+        "queue_offset": pa.array(np.append(qo[starts], 0)),
+        "index_seq": pa.array(np.full(n, index_before, np.int64)),
+        "count": pa.array(np.append(ends - starts, len(entries)).astype(np.int64)),
+        "data": pa.array(data, pa.binary()),
+    }
+    return _batch(cols, n)
+
+
+def parse_segment(
+    uri: str, segment: str, start: int, size: int, cfg: BrokerConfig, mode: str = "dispatch"
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one segment (see the module docstring), then its damage rows and its end row."""
+    rows = dispatch_rows if mode == "dispatch" else message_rows
     fs, path = resolve(uri)
     index_entries = 0
     last_message_offset = -1
@@ -68,7 +141,7 @@ def parse_segment(uri: str, segment: str, start: int, size: int, cfg: BrokerConf
         scanner = SegmentScanner(stream, segment, start, size, check_crc=cfg.checkCRCOnRecover)
         for b in scanner:
             d = dispatch_batch(b, cfg)
-            yield _message_rows(segment, b, d, index_entries)
+            yield rows(segment, b, d, index_entries)
             index_entries += len(d.index_key_hash)
             last_message_offset = int(b.physical_offset[-1])
             cq = np.flatnonzero(d.to_consume_queue)
@@ -100,12 +173,14 @@ def parse_segment(uri: str, segment: str, start: int, size: int, cfg: BrokerConf
     )
 
 
-def segment_parser(cfg: BrokerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def segment_parser(cfg: BrokerConfig, mode: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: SEGMENT_SCHEMA rows in, RECORD_SCHEMA rows out."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for row in batch.to_pylist():
-                yield from parse_segment(row["uri"], row["segment"], row["start"], row["size"], cfg)
+                yield from parse_segment(row["uri"], row["segment"], row["start"], row["size"], cfg, mode)
 
     return parse

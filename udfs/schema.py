@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: rows produced by parsing commitlog segments (udfs.parse.parse_segments), one per
-#: message record (kind 0), plus one per segment end (kind 1) and per damaged record (kind 2)
+#: rows produced by parsing commitlog segments (udfs.parse): in "messages" mode one per
+#: message record (kind 0); in "dispatch" mode (the rebuild) packed runs instead: ConsumeQueue
+#: units of one queue with consecutive queue offsets (kind 3) and IndexFile entries in put
+#: order (kind 4). Both modes add one row per damaged record (kind 2) and per segment end (kind 1).
 KIND_MESSAGE = 0
 KIND_SEGMENT_END = 1
 KIND_DAMAGE = 2
+KIND_CQ_RUN = 3
+KIND_INDEX_RUN = 4
+
+#: kind 4 ``data``: one packed entry per index key (native byte order, never written to disk as is)
+INDEX_ENTRY_DTYPE = [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")]
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -18,7 +25,7 @@ RECORD_SCHEMA = pa.schema(
         ("size", pa.int32()),  # TOTALSIZE
         ("topic", pa.string()),
         ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
+        ("queue_offset", pa.int64()),  # kind 3: queue offset of the first unit
         ("sys_flag", pa.int32()),
         ("tags_code", pa.int64()),
         ("tags", pa.string()),
@@ -30,13 +37,15 @@ RECORD_SCHEMA = pa.schema(
         ("crc_ok", pa.bool_()),
         ("multi_dispatch", pa.bool_()),
         ("key_hashes", pa.list_(pa.int32())),  # IndexFile keyHash of each key, in put order
-        ("index_seq", pa.int64()),  # index entries before this record in its segment; kind 1: total
+        ("index_seq", pa.int64()),  # index entries before this record/run in its segment; kind 1: total
         ("reason", pa.string()),  # kind 1: why records stop; kind 2: damage kind
         ("detail", pa.string()),
         ("messages", pa.int64()),  # kind 1: message records in the segment
         ("last_store_timestamp", pa.int64()),  # kind 1: of the segment's last message
         ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
         ("last_message_offset", pa.int64()),  # kind 1: commitlog offset of its last message record
+        ("count", pa.int64()),  # kinds 3, 4: units / entries in data
+        ("data", pa.binary()),  # kind 3: ConsumeQueue units as on disk; kind 4: INDEX_ENTRY_DTYPE entries
     ]
 )
 
@@ -71,3 +80,6 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
         ("index_count", pa.int32()),
     ]
 )
+
+#: the IndexFile entries at chosen global positions g (udfs.write.index_entries_at)
+INDEX_EDGE_SCHEMA = pa.schema([("g", pa.int64()), ("commitlog_offset", pa.int64()), ("store_timestamp", pa.int64())])

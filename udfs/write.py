@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 
@@ -10,24 +11,13 @@ import pyarrow as pa
 
 from storelib.config import BrokerConfig
 from storelib.constants import HostileNameError
-from storelib.consumequeue import QueueFiles, queue_dir
+from storelib.consumequeue import QueueFiles, decode_units, queue_dir
 from storelib.findings import Finding
-from storelib.indexfile import build_index_file
+from storelib.indexfile import build_index_file, entries_per_file
 from udfs.fs import join, resolve, write_file
-from udfs.schema import INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
+from udfs.schema import INDEX_EDGE_SCHEMA, INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-
-
-def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
-    """[start, end) of each run of equal consecutive key tuples."""
-    n = len(keys[0])
-    change = np.zeros(n, dtype=bool)
-    change[0] = True
-    for k in keys:
-        change[1:] |= k[1:] != k[:-1]
-    starts = np.flatnonzero(change)
-    return list(zip(starts.tolist(), [*starts[1:].tolist(), n]))
 
 
 class _QueueWriter:
@@ -90,9 +80,9 @@ class _QueueWriter:
 
 
 def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
-    """``mapInArrow`` over rows sorted by (topic, queue_id, queue_offset): write every queue's files.
+    """``mapInArrow`` over runs sorted by (topic, queue_id, queue_offset): write every queue's files.
 
-    Input columns: topic, queue_id, queue_offset, commitlog_offset, size, tags_code.
+    Input columns: topic, queue_id, queue_offset (of a run's first unit), count, data (units).
     Output: one QUEUE_SUMMARY_SCHEMA row per queue.
     """
     file_size = cfg.cq_file_size
@@ -101,20 +91,16 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
         current: _QueueWriter | None = None
         done: list[dict[str, object]] = []
         for b in batches:
-            if b.num_rows == 0:
-                continue
-            topic = b.column("topic").to_numpy(zero_copy_only=False)
-            qid = b.column("queue_id").to_numpy()
-            qo = b.column("queue_offset").to_numpy()
-            off = b.column("commitlog_offset").to_numpy()
-            size = b.column("size").to_numpy()
-            tags = b.column("tags_code").to_numpy()
-            for s, e in _runs(topic, qid):
-                if current is None or (current.topic, current.queue_id) != (topic[s], int(qid[s])):
+            for run in b.to_pylist():
+                key = (run["topic"], run["queue_id"])
+                if current is None or (current.topic, current.queue_id) != key:
                     if current is not None:
                         done.append(current.finish())
-                    current = _QueueWriter(out_uri, str(topic[s]), int(qid[s]), file_size)
-                current.add(qo[s:e], off[s:e], size[s:e], tags[s:e])
+                    current = _QueueWriter(out_uri, *key, file_size)
+                units = decode_units(run["data"])
+                first = run["queue_offset"]
+                qo = np.arange(first, first + len(units), dtype=np.int64)
+                current.add(qo, units["offset"], units["size"], units["tags_code"])
         if current is not None:
             done.append(current.finish())
         if done:
@@ -123,41 +109,58 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
     return write
 
 
+def _entries(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
+
+
+def index_entries_at(positions: list[int]) -> ArrowMap:
+    """``mapInArrow`` over index runs (g, count, data): the entries at the given global positions."""
+    wanted = np.asarray(sorted(positions), dtype=np.int64)
+
+    def pick(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for run in b.to_pylist():
+                g0, n = run["g"], run["count"]
+                hit = wanted[(wanted >= g0) & (wanted < g0 + n)]
+                if len(hit):
+                    e = _entries(run["data"])[hit - g0]
+                    yield pa.RecordBatch.from_pydict(
+                        {"g": hit, "commitlog_offset": e["commitlog_offset"], "store_timestamp": e["store_timestamp"]},
+                        schema=INDEX_EDGE_SCHEMA,
+                    )
+
+    return pick
+
+
 def index_file_writer(out_uri: str, cfg: BrokerConfig, plan: dict[int, tuple[str, tuple[int, int]]]) -> ArrowMap:
-    """``mapInArrow`` over index entries sorted by (file_no, g): build and write each IndexFile.
+    """``mapInArrow`` over index runs sorted by (file_no, g): build and write each IndexFile.
 
     ``plan`` maps file_no to (file name, inherited (endPhyOffset, endTimestamp) of the
-    previous file). Input columns: file_no, key_hash, commitlog_offset, store_timestamp.
+    previous file). Input columns: file_no, g (of a run's first entry), count, data.
     Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
+    per_file = entries_per_file(cfg.maxIndexNum)
 
-    def build(file_no: int, parts: list[pa.RecordBatch]) -> dict[str, object]:
-        t = pa.Table.from_batches(parts)
+    def build(file_no: int, parts: list[np.ndarray]) -> dict[str, object]:
+        e = np.concatenate(parts)
         name, inherited = plan[file_no]
-        header, data = build_index_file(
-            t.column("key_hash").to_numpy(),
-            t.column("commitlog_offset").to_numpy(),
-            t.column("store_timestamp").to_numpy(),
-            inherited,
-            cfg,
-        )
+        header, data = build_index_file(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
         write_file(fs, join(root, "index", name), data)
-        return {"file_no": file_no, "name": name, **header.__dict__}
+        return {"file_no": file_no, "name": name, **dataclasses.asdict(header)}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: int | None = None
-        parts: list[pa.RecordBatch] = []
+        parts: list[np.ndarray] = []
         for b in batches:
-            if b.num_rows == 0:
-                continue
-            file_no = b.column("file_no").to_numpy()
-            for s, e in _runs(file_no):
-                if current is not None and int(file_no[s]) != current:
+            for run in b.to_pylist():
+                file_no, g0 = run["file_no"], run["g"]
+                if current is not None and file_no != current:
                     yield pa.RecordBatch.from_pylist([build(current, parts)], schema=INDEX_SUMMARY_SCHEMA)
                     parts = []
-                current = int(file_no[s])
-                parts.append(b.slice(s, e - s))
+                current = file_no
+                lo, hi = max(g0, file_no * per_file), min(g0 + run["count"], (file_no + 1) * per_file)
+                parts.append(_entries(run["data"])[lo - g0 : hi - g0])
         if current is not None:
             yield pa.RecordBatch.from_pylist([build(current, parts)], schema=INDEX_SUMMARY_SCHEMA)
 

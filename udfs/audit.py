@@ -1,0 +1,194 @@
+"""Audit work that runs on executors: live files are read here, through udfs.fs, never on the driver.
+
+Each function takes paths relative to a store root (``consumequeue/<topic>/<queueId>/<name>``,
+``index/<name>``) and returns findings as ``Finding`` dicts, so a task's output is small
+whatever the size of the files it read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from storelib.audit import (
+    check_index_header,
+    classify_queue,
+    compare_index_files,
+    finding,
+    index_entries,
+    keys_not_found,
+)
+from storelib.checkpoint import Checkpoint
+from storelib.config import BrokerConfig
+from storelib.constants import CHECKPOINT_SIZE, StoreFormatError
+from storelib.indexfile import IndexFileReader
+from storelib.javahash import java_hash
+from udfs.fs import join, read_file, resolve
+
+#: live index entries handed to the join with the records
+INDEX_ENTRY_SCHEMA = pa.schema(
+    [("file", pa.string()), ("entry", pa.int64()), ("key_hash", pa.int32()), ("phy_offset", pa.int64())]
+)
+#: key lookups that failed: one row per (key, commitlog offset) not found
+MISSING_KEY_SCHEMA = pa.schema([("key", pa.string()), ("commitlog_offset", pa.int64())])
+
+
+def unreadable(rel: str, exc: BaseException) -> dict[str, Any]:
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return finding("unreadable-file", rel, f"cannot read: {reason}; not audited").to_dict()
+
+
+def _read(store: str, rel: str) -> bytes:
+    fs, root = resolve(store)
+    return read_file(fs, join(root, rel))
+
+
+def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> str:
+    """One queue: read its live and rebuilt files, classify; JSON of QueueAudit (findings as dicts)."""
+    topic, queue_id = row["topic"], row["queue_id"]
+    rel_dir = f"consumequeue/{topic}/{queue_id}"
+    live: dict[str, bytes] = {}
+    for name in row["live_files"] or []:
+        try:
+            live[name] = _read(store, f"{rel_dir}/{name}")
+        except OSError as exc:
+            f = unreadable(f"{rel_dir}/{name}", exc)
+            f.update(topic=topic, queue_id=queue_id)
+            return json.dumps({"findings": [f], "row": None, "write": [], "delete": [], "unreadable": True})
+    rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
+    tags = {r["commitlog_offset"]: java_hash(r["tags"]) for r in row["schedule"] or [] if r["tags"]}
+    qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, tags)
+    return json.dumps(
+        {
+            "findings": [f.to_dict() for f in qa.findings],
+            "row": qa.row,
+            "write": qa.write,
+            "delete": qa.delete,
+            "unreadable": False,
+        }
+    )
+
+
+def audit_index_file(
+    pair: tuple[int, str | None, str | None], store: str, rebuilt: str, cfg: BrokerConfig
+) -> dict[str, Any]:
+    """The live IndexFile at one position against the rebuilt one: header checks and the first difference."""
+    position, live_name, rebuilt_name = pair
+    out: dict[str, Any] = {"position": position, "live": live_name, "rebuilt": rebuilt_name, "header": None}
+    findings = []
+    if live_name is None:
+        findings.append(
+            finding(
+                "index-missing-file",
+                f"index/{rebuilt_name}",
+                f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not",
+            ).to_dict()
+        )
+        out["findings"] = findings
+        return out
+    rel = f"index/{live_name}"
+    try:
+        live = _read(store, rel)
+    except OSError as exc:
+        out["findings"] = [unreadable(rel, exc)]
+        out["unreadable"] = True
+        return out
+    try:
+        reader = IndexFileReader(live, cfg, rel)
+    except StoreFormatError as exc:
+        findings.append(finding("index-header-inconsistent", rel, exc.reason).to_dict())
+    else:
+        out["header"] = reader.header.__dict__
+        findings += [f.to_dict() for f in check_index_header(rel, reader, cfg)]
+    if rebuilt_name is None:
+        findings.append(
+            finding("index-extra-file", rel, f"live file at position {position} has no rebuilt counterpart").to_dict()
+        )
+    else:
+        findings += [
+            f.to_dict()
+            for f in compare_index_files(rel, live, rebuilt_name, _read(rebuilt, f"index/{rebuilt_name}"), cfg)
+        ]
+    out["findings"] = findings
+    return out
+
+
+def index_entry_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow``: live IndexFile names in, their entries within indexCount out (INDEX_ENTRY_SCHEMA)."""
+
+    def entries(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for name in batch.column("name").to_pylist():
+                rel = f"index/{name}"
+                try:
+                    reader = IndexFileReader(_read(store, rel), cfg, rel)
+                except (OSError, StoreFormatError):
+                    continue  # reported by audit_index_file
+                number, key_hash, phy = index_entries(reader)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.full(len(number), name, dtype=object), pa.string()), number, key_hash, phy],
+                    schema=INDEX_ENTRY_SCHEMA,
+                )
+
+    return entries
+
+
+def open_index_readers(store: str, names: list[str], cfg: BrokerConfig) -> list[IndexFileReader]:
+    """Live IndexFiles in load order; memory-mapped when local, so a lookup touches only the pages it reads."""
+    fs, root = resolve(store)
+    readers = []
+    for name in names:
+        path = join(root, "index", name)
+        if isinstance(fs, pafs.LocalFileSystem):
+            data = pa.memory_map(path).read_buffer()
+        else:
+            with fs.open_input_file(path) as f:
+                data = f.read_buffer()
+        try:
+            readers.append(IndexFileReader(memoryview(data), cfg, f"index/{name}"))
+        except StoreFormatError:
+            continue  # reported by audit_index_file; the broker would not load it either
+    return readers
+
+
+def key_lookup(
+    store: str, names: list[str], cfg: BrokerConfig
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow``: (key, offsets) in, every (key, offset) the broker's lookup misses out."""
+
+    def lookup(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        readers: list[IndexFileReader] | None = None
+        for batch in batches:
+            if readers is None:
+                try:
+                    readers = open_index_readers(store, names, cfg)
+                except OSError:
+                    readers = []  # unreadable files are reported by audit_index_file
+            keys, offsets = [], []
+            for key, wanted in zip(batch.column("key").to_pylist(), batch.column("offsets").to_pylist()):
+                for off in keys_not_found(readers, key, wanted):
+                    keys.append(key)
+                    offsets.append(off)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(keys, pa.string()), pa.array(offsets, pa.int64())], schema=MISSING_KEY_SCHEMA
+            )
+
+    return lookup
+
+
+def read_checkpoint(store: str) -> dict[str, Any]:
+    """The live checkpoint's fields (None when missing or short) and whether ``abort`` exists."""
+    fs, root = resolve(store)
+    abort = fs.get_file_info(join(root, "abort")).type == pafs.FileType.File
+    try:
+        data = read_file(fs, join(root, "checkpoint"))
+    except OSError:
+        return {"checkpoint": None, "abort": abort}
+    if len(data) != CHECKPOINT_SIZE:
+        return {"checkpoint": None, "abort": abort}
+    return {"checkpoint": Checkpoint.unpack(data).__dict__, "abort": abort}
