@@ -56,9 +56,14 @@ def run_verb(verb: str, argv: list[str] | None) -> int:
     return main([verb, *(sys.argv[1:] if argv is None else argv)])
 
 
+_depth = 0  # verbs run verbs (demo): only the outermost call stops Spark
+
+
 def main(argv: list[str] | None = None) -> int:
+    global _depth
     args = parser().parse_args(argv)
     module = importlib.import_module(f"jobs.{args.verb}")
+    _depth += 1
     try:
         return module.run(args)
     except (ConfigError, StoreFormatError, FileNotFoundError, PermissionError) as exc:
@@ -67,6 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rmqstore {args.verb}: interrupted", file=sys.stderr)
         return 2
+    finally:
+        _depth -= 1
+        if _depth == 0:
+            _stop_spark()
+
+
+def _stop_spark() -> None:
+    """Stop a session a verb started, so executors (local-cluster, YARN) shut down cleanly."""
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ def assert_same_index(live: Path, rebuilt: Path) -> None:
 def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
     out = tmp_path / "out"
     result = rebuild(spark, str(FIXTURE_DIR / store), str(out), cfg)
-    result.records.unpersist()
     assert_same_index(FIXTURE_DIR / store, out)
     summary = json.loads(
         (FIXTURE_DIR / "expected" / ("expired/" if store == "expired" else "") / "dump_summary.json").read_text()
@@ -60,7 +59,6 @@ def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spa
     """crashed/ = clean/ + damage: both CRC failures are reported and, unlike the broker, nothing after them is lost."""
     out = tmp_path / "out"
     result = rebuild(spark, str(FIXTURE_DIR / "crashed"), str(out), cfg)
-    result.records.unpersist()
     assert_same_index(FIXTURE_DIR / "clean", out)
     crc = [
         (f["file"], f["commitlog_offset"], f["file_offset"])
@@ -77,9 +75,9 @@ def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spa
 
 def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
     out = tmp_path / "out"
-    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg).records.unpersist()
+    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg)
     first = tree_digest(out, "")
-    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg).records.unpersist()
+    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg)
     assert tree_digest(out, "") == first
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old output left behind
 
@@ -107,7 +105,6 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
     assert 393216 < errors[0].commitlog_offset <= 393216 + 1000
 
     result = rebuild(spark, str(store), str(out), cfg, on_error="skip-segment")
-    result.records.unpersist()
     kinds = {f["kind"] for f in result.report["findings"]}
     assert "segments-skipped" in kinds and "queue-offset-gap" in kinds
 
@@ -145,7 +142,6 @@ def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
     (store / "commitlog" / "00000000000000000000").write_bytes(records + bytes(4096 - len(records)))
     out = tmp_path / "out"
     result = rebuild(spark, str(store), str(out), cfg)
-    result.records.unpersist()
     hostile = [f for f in result.report["findings"] if f["kind"] == "hostile-topic-name"]
     assert [h["topic"] for h in hostile] == ["../../escape"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(
