@@ -344,6 +344,12 @@ class RecordBatch:
         ]
 
 
+def _field(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """The big-endian integer at byte ``at`` of every row of a (records, bytes) matrix."""
+    width = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(rows[:, at : at + width]).view(dtype).ravel()
+
+
 def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at each position of ``a``."""
     return a[pos[:, None] + np.arange(width)].view(dtype).ravel()
@@ -509,9 +515,10 @@ class SegmentScanner:
     def _decode(self, buf: bytes, buf_pos: int, positions: list[int]) -> Iterator[RecordBatch]:
         a = np.frombuffer(buf, dtype=np.uint8)
         p = np.asarray(positions, dtype=np.int64)
-        total = _gather(a, p + OFF_TOTALSIZE, 4, ">i4")
-        magic = _gather(a, p + OFF_MAGIC, 4, ">i4")
-        sys_flag = _gather(a, p + OFF_SYSFLAG, 4, ">i4")
+        head = a[p[:, None] + np.arange(OFF_BORNHOST)]  # every fixed field before BORNHOST, one gather
+        total = _field(head, OFF_TOTALSIZE, ">i4")
+        magic = _field(head, OFF_MAGIC, ">i4")
+        sys_flag = _field(head, OFF_SYSFLAG, ">i4")
         born_len = np.where(sys_flag & FLAG_BORNHOST_V6, 20, 8)
         store_len = np.where(sys_flag & FLAG_STOREHOST_V6, 20, 8)
         off_store_ts = p + OFF_BORNHOST + born_len
@@ -548,7 +555,7 @@ class SegmentScanner:
                     )
                 )
             keep = np.flatnonzero(ok)
-            p, total, sys_flag, body_len = p[keep], total[keep], sys_flag[keep], body_len[keep]
+            p, head, total, sys_flag, body_len = p[keep], head[keep], total[keep], sys_flag[keep], body_len[keep]
             off_store_ts, off_reconsume, off_body_len = off_store_ts[keep], off_reconsume[keep], off_body_len[keep]
             off_topic, topic_len, off_props_len, props_len = (
                 off_topic[keep],
@@ -558,7 +565,7 @@ class SegmentScanner:
             )
         if len(p) == 0:
             return
-        crc = _gather(a, p + OFF_BODYCRC, 4, ">i4")
+        crc = _field(head, OFF_BODYCRC, ">i4")
         body_start = off_body_len + 4
         crc_ok = np.ones(len(p), dtype=bool)
         if self.check_crc:
@@ -579,6 +586,7 @@ class SegmentScanner:
                     )
                 )
         store_ts = _gather(a, off_store_ts, 8, ">i8")
+        tail = a[off_reconsume[:, None] + np.arange(12)]  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET
         topic_code, topic_names = _topics(a, off_topic, topic_len)
         self.messages += len(p)
         self.last_store_timestamp = int(store_ts[-1])
@@ -586,15 +594,15 @@ class SegmentScanner:
             physical_offset=self.base + buf_pos + p,
             total_size=total.astype(np.int32),
             body_crc=crc.astype(np.int32),
-            queue_id=_gather(a, p + OFF_QUEUEID, 4, ">i4").astype(np.int32),
-            flag=_gather(a, p + OFF_FLAG, 4, ">i4").astype(np.int32),
-            queue_offset=_gather(a, p + OFF_QUEUEOFFSET, 8, ">i8").astype(np.int64),
-            stored_physical_offset=_gather(a, p + OFF_PHYSICALOFFSET, 8, ">i8").astype(np.int64),
+            queue_id=_field(head, OFF_QUEUEID, ">i4").astype(np.int32),
+            flag=_field(head, OFF_FLAG, ">i4").astype(np.int32),
+            queue_offset=_field(head, OFF_QUEUEOFFSET, ">i8").astype(np.int64),
+            stored_physical_offset=_field(head, OFF_PHYSICALOFFSET, ">i8").astype(np.int64),
             sys_flag=sys_flag.astype(np.int32),
-            born_timestamp=_gather(a, p + OFF_BORNTIMESTAMP, 8, ">i8").astype(np.int64),
+            born_timestamp=_field(head, OFF_BORNTIMESTAMP, ">i8").astype(np.int64),
             store_timestamp=store_ts.astype(np.int64),
-            reconsume_times=_gather(a, off_reconsume, 4, ">i4").astype(np.int32),
-            prepared_transaction_offset=_gather(a, off_reconsume + 4, 8, ">i8").astype(np.int64),
+            reconsume_times=_field(tail, 0, ">i4").astype(np.int32),
+            prepared_transaction_offset=_field(tail, 4, ">i8").astype(np.int64),
             body_length=body_len.astype(np.int32),
             crc_ok=crc_ok,
             topic_code=topic_code,
@@ -657,10 +665,17 @@ def find_properties(
     kv = np.where(has, nv[np.minimum(k, max(len(nv) - 1, 0))] if len(nv) else 0, 0)
     valid = has & (kv > piece_start) & (kv < piece_end - 1)
     name_len = kv - piece_start
+    # compare names by their first 8 bytes as one integer, then longer names in full
+    cand = np.flatnonzero(valid & (name_len <= max(len(name.encode()) for name in names)))
+    prefix = a[np.minimum(piece_start[cand][:, None] + np.arange(8), len(a) - 1)]
+    prefix[np.arange(8) >= name_len[cand][:, None]] = 0
+    prefix_key = prefix.view(">u8").ravel()
     for name in names:
-        raw = np.frombuffer(name.encode(), dtype=np.uint8)
-        c = np.flatnonzero(valid & (name_len == len(raw)))
-        c = c[(a[piece_start[c][:, None] + np.arange(len(raw))] == raw).all(axis=1)]
+        raw = name.encode()
+        target = np.frombuffer(raw[:8].ljust(8, b"\0"), dtype=">u8")[0]
+        c = cand[(name_len[cand] == len(raw)) & (prefix_key == target)]
+        if len(raw) > 8:
+            c = c[(a[piece_start[c][:, None] + np.arange(len(raw))] == np.frombuffer(raw, np.uint8)).all(axis=1)]
         rec = piece_rec[c]
         last = np.concatenate((rec[1:] != rec[:-1], [True])) if len(rec) else np.zeros(0, bool)
         vs, vl = out[name]

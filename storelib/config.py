@@ -7,12 +7,15 @@ backslash line continuations. Settings the file does not set take the 4.9.x defa
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from storelib.constants import CQ_STORE_UNIT_SIZE, ConfigError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_LINE_END = re.compile(r"\r\n|\r|\n")  # Properties.load's line terminators (str.splitlines knows more)
+_BLANKS = " \t\f"  # Properties.load's white space (str.isspace knows more)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +62,8 @@ def parse_properties(text: str) -> dict[str, str]:
     """Java ``Properties.load`` for the subset brokers use (no unicode escapes in keys)."""
     out: dict[str, str] = {}
     logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
+    for raw in _LINE_END.split(text):
+        line = raw.lstrip(_BLANKS)
         if not logical and (not line or line[0] in "#!"):
             continue
         if line.endswith("\\") and not line.endswith("\\\\"):
@@ -79,12 +82,12 @@ def parse_properties(text: str) -> dict[str, str]:
 def _split_property(line: str) -> tuple[str, str]:
     """Key ends at the first ``=``, ``:`` or blank; one ``=``/``:`` after blanks is skipped."""
     i = 0
-    while i < len(line) and line[i] not in "=:" and not line[i].isspace():
+    while i < len(line) and line[i] not in "=:" + _BLANKS:
         i += 1
-    rest = line[i:].lstrip()
+    rest = line[i:].lstrip(_BLANKS)
     if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip()
-    return line[:i], rest.rstrip()
+        rest = rest[1:].lstrip(_BLANKS)
+    return line[:i], rest.rstrip(_BLANKS)
 
 
 def _coerce(field: dataclasses.Field, name: str, value: str) -> object:

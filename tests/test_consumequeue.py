@@ -1,0 +1,204 @@
+"""ConsumeQueue: 20-byte units, file placement, pre-blank units, and the streaming file builder."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storelib.constants import HostileNameError
+from storelib.consumequeue import (
+    QueueFiles,
+    QueueFinding,
+    build_queue_files,
+    decode_units,
+    encode_units,
+    file_start,
+    is_valid_topic,
+    queue_dir,
+    valid_prefix,
+    validate_topic,
+)
+from tests.roundtrip import assert_roundtrip
+
+UNIT = bytes.fromhex(
+    "0000000000000400"  # commitlog offset 1024
+    "0000007a"  # size 122
+    "ffffffffc847df78"  # tagsCode: hashCode("refund") = -934813832, sign-extended
+)
+PRE_BLANK = bytes.fromhex("0000000000000000 7fffffff 0000000000000000")  # offset 0, Integer.MAX_VALUE, tagsCode 0
+ZERO_UNIT = bytes(20)
+
+
+def unit(offset: int, size: int, tags_code: int) -> bytes:
+    return struct.pack(">qiq", offset, size, tags_code)
+
+
+def rows(data: bytes) -> list[tuple[int, int, int]]:
+    return [tuple(int(x) for x in u) for u in decode_units(data)]
+
+
+def encode_rows(units: list[tuple[int, int, int]]) -> bytes:
+    a = np.array(units, dtype=np.int64).reshape(-1, 3)
+    return encode_units(a[:, 0], a[:, 1].astype(np.int32), a[:, 2])
+
+
+def test_hand_built_units() -> None:
+    assert encode_units(np.array([1024]), np.array([122], dtype=np.int32), np.array([-934813832])) == UNIT
+    assert rows(UNIT + PRE_BLANK + ZERO_UNIT) == [(1024, 122, -934813832), (0, 0x7FFFFFFF, 0), (0, 0, 0)]
+    assert rows(UNIT + UNIT[:19]) == [(1024, 122, -934813832)]  # a partial unit is ignored
+    assert decode_units(b"").shape == (0,)
+
+
+int64s = st.integers(-(2**63), 2**63 - 1)
+int32s = st.integers(-(2**31), 2**31 - 1)
+
+
+@given(st.lists(st.tuples(int64s, int32s, int64s), max_size=30))
+def test_units_roundtrip(units: list[tuple[int, int, int]]) -> None:
+    assert_roundtrip(encode_rows, rows, units)
+
+
+@pytest.mark.parametrize(
+    ("queue_offset", "file_size", "start"),
+    [(0, 8000, 0), (399, 8000, 0), (400, 8000, 8000), (1613, 8000, 32000), (300_000, 6_000_000, 6_000_000)],
+)
+def test_file_start(queue_offset: int, file_size: int, start: int) -> None:
+    assert file_start(queue_offset, file_size) == start
+
+
+def test_valid_prefix_is_the_recover_rule() -> None:
+    data = UNIT + PRE_BLANK + unit(5, 1, 0) + unit(-1, 5, 0) + UNIT
+    assert valid_prefix(decode_units(data)) == 3  # offset < 0 ends the queue
+    assert valid_prefix(decode_units(UNIT + unit(5, 0, 9) + UNIT)) == 1  # size 0 ends it
+    assert valid_prefix(decode_units(UNIT + unit(5, -3, 9))) == 1
+    assert valid_prefix(decode_units(UNIT + ZERO_UNIT + UNIT)) == 1
+    assert valid_prefix(decode_units(UNIT * 3)) == 3
+
+
+# --- building a queue's files -------------------------------------------------------------------
+
+FILE_SIZE = 100  # 5 units per file
+
+
+def queue_files(entries: list[tuple[int, int, int, int]], splits: list[int] = (), file_size: int = FILE_SIZE):
+    """QueueFiles fed the entries (queue offset, commitlog offset, size, tagsCode) in pieces cut at ``splits``."""
+    q = QueueFiles(file_size)
+    a = np.array(entries, dtype=np.int64).reshape(-1, 4)
+    out = []
+    cuts = [0, *sorted(s for s in splits if 0 < s < len(a)), len(a)]
+    for lo, hi in itertools.pairwise(cuts):
+        part = a[lo:hi]
+        out.extend(q.add(part[:, 0], part[:, 1], part[:, 2].astype(np.int32), part[:, 3]))
+    out.extend(q.finish())
+    return q, out
+
+
+def test_hand_built_files_with_pre_blank_units() -> None:
+    """A queue whose first entry is 7: its first file (logical offset 100) starts with 2 pre-blank units."""
+    entries = [(n, 1000 + n, 100 + n, -n) for n in range(7, 13)]
+    q, files = queue_files(entries)
+    assert files == [
+        (
+            "00000000000000000100",
+            PRE_BLANK + PRE_BLANK + unit(1007, 107, -7) + unit(1008, 108, -8) + unit(1009, 109, -9),
+        ),
+        ("00000000000000000200", unit(1010, 110, -10) + unit(1011, 111, -11) + unit(1012, 112, -12) + bytes(40)),
+    ]
+    assert (q.entries, q.min_offset, q.next_offset, q.files, q.findings) == (6, 7, 13, 2, [])
+
+
+def test_queue_ending_on_a_file_boundary_has_no_extra_file() -> None:
+    entries = [(n, 64 * n, 64, 0) for n in range(10)]
+    _, files = queue_files(entries)
+    assert [name for name, _ in files] == ["00000000000000000000", "00000000000000000100"]
+    _, files = queue_files([*entries, (10, 640, 64, 0)])
+    assert files[-1] == ("00000000000000000200", unit(640, 64, 0) + bytes(80))
+
+
+def test_first_entry_on_a_file_boundary_has_no_pre_blank() -> None:
+    _, files = queue_files([(5, 7, 8, 9)])
+    assert files == [("00000000000000000100", unit(7, 8, 9) + bytes(80))]
+
+
+def test_duplicate_queue_offsets_are_dropped_and_reported() -> None:
+    entries = [(0, 10, 1, 0), (1, 20, 1, 0), (2, 30, 1, 0), (2, 99, 1, 0), (3, 40, 1, 0)]
+    for splits in ([], [3], [4]):
+        q, files = queue_files(entries, splits)
+        assert q.findings == [QueueFinding("duplicate-queue-offset", 2, 1, 99)]
+        kept = unit(10, 1, 0) + unit(20, 1, 0) + unit(30, 1, 0) + unit(40, 1, 0)
+        assert files == [("00000000000000000000", kept + bytes(20))]
+
+
+def test_queue_offset_gaps_are_reported() -> None:
+    entries = [(0, 10, 1, 0), (1, 20, 1, 0), (4, 50, 1, 0), (5, 60, 1, 0)]
+    for splits in ([], [2]):
+        q, files = queue_files(entries, splits)
+        assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50)]
+        # every entry sits at its own queue offset: entry n at logical byte offset n * 20
+        assert files == [
+            ("00000000000000000000", unit(10, 1, 0) + unit(20, 1, 0) + bytes(40) + unit(50, 1, 0)),
+            ("00000000000000000100", unit(60, 1, 0) + bytes(80)),
+        ]
+
+
+def reference_queue_files(entries: list[tuple[int, int, int, int]], file_size: int) -> list[tuple[str, bytes]]:
+    """Entry by entry: entry n at byte n*20 of the queue; the first file's units before it are pre-blank."""
+    files: dict[int, bytearray] = {}
+    for n, offset, size, tags_code in entries:
+        start = n * 20 // file_size * file_size
+        if start not in files:
+            files[start] = bytearray(file_size)
+            if len(files) == 1:
+                files[start][: n * 20 - start] = PRE_BLANK * ((n * 20 - start) // 20)
+        files[start][n * 20 - start : n * 20 - start + 20] = unit(offset, size, tags_code)
+    return [(f"{start:020d}", bytes(data)) for start, data in sorted(files.items())]
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> tuple[list[tuple[int, int, int, int]], int]:
+    """Dense queue offsets from a random first one, with random entries, and a file size of whole units."""
+    units_per_file = draw(st.integers(1, 7))
+    first = draw(st.integers(0, 30))
+    n = draw(st.integers(1, 40))
+    entries = [(first + i, draw(int64s), draw(int32s), draw(int64s)) for i in range(n)]
+    return entries, units_per_file * 20
+
+
+@settings(deadline=None)
+@given(queues(), st.lists(st.integers(1, 40), max_size=5))
+def test_queue_files_match_the_reference(queue, splits: list[int]) -> None:
+    entries, file_size = queue
+    expected = reference_queue_files(entries, file_size)
+    q, files = queue_files(entries, splits, file_size)
+    assert files == expected
+    assert q.findings == []
+    assert build_queue_files(entries, file_size) == expected
+
+
+# --- names that become paths -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", ["OrderCreated", "%RETRY%billing-consumer", "a|b", "A_b-9", "t" * 127])
+def test_legal_topics(topic: str) -> None:
+    assert validate_topic(topic) == topic
+    assert is_valid_topic(topic)
+    assert queue_dir(topic, 3) == f"consumequeue/{topic}/3"
+
+
+@pytest.mark.parametrize("topic", ["", "..", "../etc", "a/b", "a\\b", "a b", "t" * 128, "ü", "a\0", "a\n"])
+def test_hostile_topics_never_become_paths(topic: str) -> None:
+    assert not is_valid_topic(topic)
+    with pytest.raises(HostileNameError, match="illegal topic name"):
+        validate_topic(topic, "commitlog/00000000000000000000")
+    with pytest.raises(HostileNameError):
+        queue_dir(topic, 0)
+
+
+def test_negative_queue_id_is_hostile() -> None:
+    with pytest.raises(HostileNameError, match="illegal queueId -1"):
+        queue_dir("T", -1)
