@@ -74,6 +74,7 @@ class RebuildResult:
     report: dict[str, Any]  # also OUT/rebuild.json
     seconds: float
     out: str
+    worker_peak_rss: int  # bytes: the largest Python worker seen by a parse task
     spark: Any
     segments: list[Segment]
     cfg: BrokerConfig
@@ -446,7 +447,8 @@ def rebuild(
         raise
     finally:
         runs.unpersist()
-    return RebuildResult(report, time.monotonic() - t0, out, spark, segments, cfg)
+    peak = max((e["worker_peak_rss"] or 0 for e in ends.values()), default=0)
+    return RebuildResult(report, time.monotonic() - t0, out, peak, spark, segments, cfg)
 
 
 def build_report(
@@ -507,7 +509,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="damaged segment: stop (default, nothing written) or leave the segment out and say so",
     )
     p.add_argument("--catalog", metavar="TABLE", help="also write the message catalog Delta table")
-    p.add_argument("--store-id", help="store id in the catalog (default: the store path)")
+    p.add_argument("--store-id", help="store id in the catalog (default: derived from the store path)")
     add_broker_config(p)
     add_spark_options(p)
 
@@ -528,9 +530,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"rmqstore rebuild: error: {exc}", file=sys.stderr)
         return 2
     if args.catalog:
-        from jobs.catalog import write_catalog
+        from jobs.catalog import default_store_id, write_catalog
 
-        write_catalog(spark, result.records, args.catalog, args.store_id or args.store)
+        write_catalog(spark, result.records, args.catalog, args.store_id or default_store_id(args.store))
         result.records.unpersist()
     findings = [Finding.from_dict(f) for f in result.report["findings"]]
     print_findings(findings)

@@ -12,6 +12,7 @@ same scanner and dispatch rules:
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -170,6 +171,7 @@ def parse_segment(
         last_store_timestamp=scanner.last_store_timestamp,
         last_cq_store_timestamp=last_cq_ts,
         last_message_offset=last_message_offset,
+        worker_peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     )
 
 

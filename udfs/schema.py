@@ -44,6 +44,7 @@ RECORD_SCHEMA = pa.schema(
         ("last_store_timestamp", pa.int64()),  # kind 1: of the segment's last message
         ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
         ("last_message_offset", pa.int64()),  # kind 1: commitlog offset of its last message record
+        ("worker_peak_rss", pa.int64()),  # kind 1: peak RSS of the Python worker after this segment (bytes)
         ("count", pa.int64()),  # kinds 3, 4: units / entries in data
         ("data", pa.binary()),  # kind 3: ConsumeQueue units as on disk; kind 4: INDEX_ENTRY_DTYPE entries
     ]

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One store's nightly audit on a cluster: audit what changed since the last clean run, append the findings
+# and a summary row to the Delta history table, write the HTML/JSON report, alert when the exit code says so.
+#
+#   conf/nightly-audit.sh STORE_ID STORE_URI        (see conf/nightly.cron)
+#
+# Environment (defaults in brackets):
+#   SPARK_MASTER [yarn]  HISTORY [s3a://rmq-audit/history]  REPORTS [s3a://rmq-audit/reports]
+#   EXECUTORS [4]  INDEX_MB [420: one IndexFile, 40 + 4*maxHashSlotNum + 20*maxIndexNum bytes, in MB]
+#   ALERT_CMD [logger -t rmqstore]: run with a message when the audit finds something (exit 1) or fails (2)
+#   DELTA_PACKAGE [io.delta:delta-spark_2.13:4.0.0]: set it empty on a cluster without Maven access; the
+#     job then commits with the deltalake Python package from the driver (same table format)
+#   PY_ENV_ARCHIVE []: a venv-pack/conda-pack archive of this project's Python environment (pyarrow,
+#     deltalake), unpacked on every node as ./env; leave empty when the nodes already have it
+#   DELTA_DDB_TABLE []: on S3, the DynamoDB table of Delta's S3DynamoDBLogStore. delta-spark needs it when
+#     jobs of several drivers write one table at once (the stores' audits share the history table); the
+#     deltalake path relies on S3's conditional writes instead. Do not mix the two on one S3 table.
+set -euo pipefail
+
+STORE_ID=${1:?usage: nightly-audit.sh STORE_ID STORE_URI}
+STORE_URI=${2:?usage: nightly-audit.sh STORE_ID STORE_URI}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SPARK_MASTER=${SPARK_MASTER:-yarn}
+HISTORY=${HISTORY:-s3a://rmq-audit/history}
+REPORTS=${REPORTS:-s3a://rmq-audit/reports}
+INDEX_MB=${INDEX_MB:-420}
+EXECUTORS=${EXECUTORS:-4}
+ALERT_CMD=${ALERT_CMD:-logger -t rmqstore}
+DELTA_PACKAGE=${DELTA_PACKAGE-io.delta:delta-spark_2.13:4.0.0}
+REPORT="$REPORTS/$STORE_ID/$(date -u +%Y-%m-%dT%H%M%SZ)"
+
+# Memory per segment size: a task streams its commitlog segment in 8 MiB chunks and hands rows on in Arrow
+# batches, so cluster.conf's 2g JVM per executor holds for any mapedFileSizeCommitLog (256 MiB and 1 GiB
+# segments peak the same). What a task holds whole is one IndexFile and its entries: its Python worker
+# gets twice the IndexFile plus 512 MB, at least conf/cluster.conf's 1536m.
+PYSPARK_MB=$((INDEX_MB * 2 + 512 > 1536 ? INDEX_MB * 2 + 512 : 1536))
+
+# the project's packages for the executors, and its Python environment when the nodes lack one
+(cd "$ROOT" && rm -f /tmp/rmqstore-$$.zip && zip -qr /tmp/rmqstore-$$.zip jobs storelib udfs -i '*.py')
+trap 'rm -f /tmp/rmqstore-$$.zip' EXIT
+py_opts=(--py-files /tmp/rmqstore-$$.zip)
+if [[ -n "${PY_ENV_ARCHIVE:-}" ]]; then
+  py_opts+=(--archives "$PY_ENV_ARCHIVE#env" --conf spark.pyspark.python=./env/bin/python)
+fi
+
+delta_opts=()
+if [[ -n "$DELTA_PACKAGE" ]]; then
+  delta_opts=(--packages "$DELTA_PACKAGE"
+    --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
+    --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
+  if [[ -n "${DELTA_DDB_TABLE:-}" ]]; then
+    delta_opts[1]+=",io.delta:delta-storage-s3-dynamodb:${DELTA_PACKAGE##*:}"
+    delta_opts+=(--conf spark.delta.logStore.s3a.impl=io.delta.storage.S3DynamoDBLogStore
+      --conf spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName="$DELTA_DDB_TABLE")
+  fi
+fi
+
+set +e
+spark-submit \
+  --master "$SPARK_MASTER" --deploy-mode client \
+  --name "rmqstore-audit-$STORE_ID" \
+  --properties-file "$ROOT/conf/cluster.conf" \
+  --num-executors "$EXECUTORS" \
+  --conf spark.executor.memoryOverhead=$((PYSPARK_MB + 512))m \
+  --conf spark.executor.pyspark.memory="${PYSPARK_MB}m" \
+  --conf spark.sql.shuffle.partitions=$((EXECUTORS * 2 * 4)) \
+  "${py_opts[@]}" "${delta_opts[@]}" \
+  "$ROOT/jobs/audit.py" \
+  --store "$STORE_URI" --store-id "$STORE_ID" \
+  --history "$HISTORY" --since-last \
+  --report "$REPORT"
+code=$?
+set -e
+
+case $code in
+  0) echo "rmqstore audit $STORE_ID: clean (report $REPORT)" ;;
+  1) $ALERT_CMD "rmqstore audit $STORE_ID: findings, see $REPORT/report.html" ;;
+  *) $ALERT_CMD "rmqstore audit $STORE_ID: could not audit (exit $code), see the job log" ;;
+esac
+exit $code
