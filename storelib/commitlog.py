@@ -117,6 +117,7 @@ def format_properties(props: dict[str, str] | list[tuple[str, str]]) -> str:
 # --- Hosts ------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_host(host: str) -> bytes:
     """``"10.0.0.1:10911"`` or ``"fd00::1:10911"`` (last colon splits the port) to address + port bytes."""
     addr, _, port = host.rpartition(":")
@@ -161,9 +162,23 @@ class Message:
         return parse_properties(self.properties)
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_field(topic: str, v2: bool) -> bytes:
+    """TOPICLENGTH (i8, or i16 in v2) followed by the topic's UTF-8 bytes."""
+    raw = topic.encode("utf-8")
+    if not v2 and len(raw) > 127:
+        raise StoreFormatError(f"topic of {len(raw)} bytes needs the v2 record layout")
+    return struct.pack(">h" if v2 else ">b", len(raw)) + raw
+
+
+_STORE_TS = struct.Struct(">q")
+_MIDDLE = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
+_PROPS_LEN = struct.Struct(">h")
+
+
 def encode_message(m: Message) -> bytes:
     """The record bytes the broker writes for ``m`` (TOTALSIZE computed, BODYCRC if not given)."""
-    topic = m.topic.encode("utf-8")
+    topic = _topic_field(m.topic, m.v2)
     props = m.properties.encode("utf-8")
     born = encode_host(m.born_host)
     store = encode_host(m.store_host)
@@ -172,26 +187,26 @@ def encode_message(m: Message) -> bytes:
         | (FLAG_BORNHOST_V6 if len(born) == 20 else 0)
         | (FLAG_STOREHOST_V6 if len(store) == 20 else 0)
     )
-    if not m.v2 and len(topic) > 127:
-        raise StoreFormatError(f"topic of {len(topic)} bytes needs the v2 record layout")
     if len(props) > 0x7FFF:
         raise StoreFormatError(f"properties of {len(props)} bytes exceed the int16 length field")
-    total = record_length(sys_flag, len(m.body), len(topic), len(props), m.v2)
+    topic_len = len(topic) - (2 if m.v2 else 1)
+    total = record_length(sys_flag, len(m.body), topic_len, len(props), m.v2)
     crc = body_crc(m.body) if m.body_crc is None else m.body_crc
     magic = MESSAGE_MAGIC_CODE_V2 if m.v2 else MESSAGE_MAGIC_CODE
+    head = _HEAD.pack(
+        total, magic, crc, m.queue_id, m.flag, m.queue_offset, m.physical_offset, sys_flag, m.born_timestamp
+    )
+    middle = _MIDDLE.pack(m.reconsume_times, m.prepared_transaction_offset, len(m.body))
     return b"".join(
         (
-            _HEAD.pack(
-                total, magic, crc, m.queue_id, m.flag, m.queue_offset, m.physical_offset, sys_flag, m.born_timestamp
-            ),
+            head,
             born,
-            struct.pack(">q", m.store_timestamp),
+            _STORE_TS.pack(m.store_timestamp),
             store,
-            struct.pack(">iqi", m.reconsume_times, m.prepared_transaction_offset, len(m.body)),
+            middle,
             m.body,
-            struct.pack(">h" if m.v2 else ">b", len(topic)),
             topic,
-            struct.pack(">h", len(props)),
+            _PROPS_LEN.pack(len(props)),
             props,
         )
     )

@@ -1,0 +1,389 @@
+"""Describe a store without changing it: commitlog segments, ConsumeQueue queues, IndexFiles, checkpoint.
+
+Everything is opened read-only. A directory name under ``consumequeue/`` that is not a legal
+topic (``TopicValidator``: ``[%|a-zA-Z0-9_-]``, at most 127 characters) or queueId (decimal
+digits), and any symbolic link there, is reported and never followed.
+
+- Segments: named by their 20-digit start offset, ``mappedFileSizeCommitLog`` bytes each; the
+  records end at a BLANK (a full segment), at zero bytes (preallocated tail), or at damage.
+- Queues: 20-byte units; a unit is valid while ``offset >= 0 and size > 0``; a queue's first file
+  may start with pre-blank units (offset 0, size 0x7fffffff) when older messages were deleted.
+- IndexFiles: the 40-byte header; a file holding maxIndexNum - 1 entries shows indexCount maxIndexNum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from storelib.checkpoint import Checkpoint
+from storelib.commitlog import END_BLANK, END_EOF, END_ZERO_TAIL, SegmentScanner
+from storelib.config import BrokerConfig
+from storelib.constants import (
+    CHECKPOINT_SIZE,
+    CQ_BLANK_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    INDEX_HEADER_SIZE,
+    OFFSET_NAME_DIGITS,
+    HostileNameError,
+    StoreFormatError,
+    offset_file_name,
+)
+from storelib.consumequeue import decode_units, valid_prefix, validate_topic
+from storelib.indexfile import IndexHeader, index_file_size
+
+_OFFSET_NAME = re.compile(rf"[0-9]{{{OFFSET_NAME_DIGITS}}}\Z")
+_INDEX_NAME = re.compile(r"[0-9]{17}\Z")  # yyyyMMddHHmmssSSS
+_QUEUE_ID = re.compile(r"[0-9]{1,10}\Z")
+_MAX_LISTED = 10  # damaged records listed per segment
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentInfo:
+    name: str
+    start_offset: int
+    file_size: int
+    end_offset: int  # commitlog offset where the valid records end
+    records: int
+    end: str  # why records stop: blank, zero-tail, eof, torn, bad-magic, bad-size, bad-blank
+    end_detail: str
+    damage: list[dict[str, object]]  # records that framed but failed a check: kind, offset, detail
+    first_store_timestamp: int | None
+    last_store_timestamp: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueInfo:
+    topic: str
+    queue_id: int
+    files: int
+    first_file: str | None
+    last_file: str | None
+    entries: int  # valid units that are not pre-blank
+    pre_blank: int  # pre-blank units before the first entry
+    min_offset: int | None  # queue offset of the first entry
+    max_offset: int | None  # queue offset of the last entry
+    stale_units: int  # non-zero units after the queue's end (a truncated dirty tail)
+    problems: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexInfo:
+    name: str
+    file_size: int
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int  # entries + 1 (entry 0 is never used)
+    full: bool
+    problems: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreReport:
+    root: str
+    config: dict[str, object]
+    segments: list[SegmentInfo]
+    topics: dict[str, int]  # message records per topic in the commitlog
+    queues: list[QueueInfo]
+    index_files: list[IndexInfo]
+    checkpoint: dict[str, int] | None
+    abort: bool  # the broker is running, or crashed
+    lock: bool
+    problems: list[str]  # whatever is wrong with the store as a whole: names, sizes, missing files
+
+    @property
+    def messages(self) -> int:
+        return sum(s.records for s in self.segments)
+
+    @property
+    def blanks(self) -> int:
+        return sum(s.end == END_BLANK for s in self.segments)
+
+    @property
+    def cq_files(self) -> int:
+        return sum(q.files for q in self.queues)
+
+    @property
+    def clean(self) -> bool:
+        """Nothing beyond what a cleanly stopped, undamaged store shows."""
+        return not self.all_problems()
+
+    def all_problems(self) -> list[str]:
+        """Every problem, one line each, naming the store-relative file."""
+        out = list(self.problems)
+        if self.abort:
+            out.append("abort: present, so the broker is running or did not shut down cleanly")
+        # a full segment ends with a BLANK; only the last written one may end in zeros (or run to its end);
+        # empty segments after it are preallocated ones a crash leaves behind
+        last = max((i for i, s in enumerate(self.segments) if s.records or s.end != END_ZERO_TAIL), default=-1)
+        for i, s in enumerate(self.segments):
+            rel = f"commitlog/{s.name}"
+            if not (s.end == END_BLANK or (i >= last and s.end in (END_ZERO_TAIL, END_EOF))):
+                detail = f" ({s.end_detail})" if s.end_detail else ""
+                out.append(f"{rel}: records stop at offset {s.end_offset}: {s.end}{detail}")
+            out += [f"{rel}: {d['kind']} at offset {d['offset']}: {d['detail']}" for d in s.damage[:_MAX_LISTED]]
+            if len(s.damage) > _MAX_LISTED:
+                out.append(f"{rel}: {len(s.damage) - _MAX_LISTED} more damaged records")
+        out += [f"consumequeue/{q.topic}/{q.queue_id}: {p}" for q in self.queues for p in q.problems]
+        out += [f"index/{printable(f.name)}: {p}" for f in self.index_files for p in f.problems]
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        out["totals"] = {
+            "segments": len(self.segments),
+            "messages": self.messages,
+            "blanks": self.blanks,
+            "queues": len(self.queues),
+            "cq_files": self.cq_files,
+            "cq_entries": sum(q.entries for q in self.queues),
+            "index_files": len(self.index_files),
+            "index_entries": sum(max(f.index_count - 1, 0) for f in self.index_files),
+            "clean": self.clean,
+            "problems": self.all_problems(),
+        }
+        return out
+
+
+def printable(name: str) -> str:
+    """A file name as it can be shown: itself, or its repr when it holds control characters."""
+    return name if name.isprintable() else repr(name)
+
+
+def inspect_store(root: str | Path, cfg: BrokerConfig) -> StoreReport:
+    """Read everything under ``root`` (read-only) and describe it."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no store directory at {root}")
+    problems: list[str] = []
+    topics: Counter[str] = Counter()
+    segments = _segments(root / "commitlog", cfg, topics, problems)
+    # a broker creates consumequeue/, index/ and checkpoint once it dispatches its first message
+    written = any(s.records for s in segments)
+    queues = _queues(root / "consumequeue", cfg, problems, required=written)
+    index_files = _index_files(root / "index", cfg, problems, required=written and cfg.messageIndexEnable)
+    checkpoint = None
+    path = root / "checkpoint"
+    if path.is_file():
+        data = path.read_bytes()
+        if len(data) != CHECKPOINT_SIZE:
+            problems.append(f"checkpoint is {len(data)} bytes, expected {CHECKPOINT_SIZE}")
+        with contextlib.suppress(StoreFormatError):  # too short to hold its fields: reported above
+            checkpoint = dataclasses.asdict(Checkpoint.unpack(data))
+    elif written:
+        problems.append("no checkpoint file")
+    return StoreReport(
+        root=str(root),
+        config=cfg.to_dict(),
+        segments=segments,
+        topics=dict(sorted(topics.items())),
+        queues=queues,
+        index_files=index_files,
+        checkpoint=checkpoint,
+        abort=(root / "abort").exists(),
+        lock=(root / "lock").exists(),
+        problems=problems,
+    )
+
+
+def _listing(directory: Path, problems: list[str], required: bool = True) -> list[os.DirEntry]:
+    """Entries of ``directory`` sorted by name; a missing ``required`` directory is a problem, not an error."""
+    if not directory.is_dir():
+        if required:
+            problems.append(f"no {directory.name}/ directory")
+        return []
+    with os.scandir(directory) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems: list[str]) -> list[SegmentInfo]:
+    out: list[SegmentInfo] = []
+    size = cfg.mappedFileSizeCommitLog
+    expected = None
+    for entry in _listing(directory, problems):
+        if not _OFFSET_NAME.match(entry.name) or not entry.is_file():
+            problems.append(f"commitlog/{printable(entry.name)}: not a commitlog segment (name or type), skipped")
+            continue
+        rel = f"commitlog/{entry.name}"
+        start = int(entry.name)
+        if start % size:
+            problems.append(f"{rel}: start offset is not a multiple of the segment size {size}")
+        if expected is not None and start != expected:
+            problems.append(f"{rel}: segments from {offset_file_name(expected)} up to here are missing")
+        expected = start + size
+        file_size = entry.stat().st_size
+        if file_size > size:
+            problems.append(f"{rel}: {file_size} bytes, more than the segment size {size}")
+        first_ts = None
+        with open(entry.path, "rb") as f:
+            scanner = SegmentScanner(f, rel, start, size, check_crc=cfg.checkCRCOnRecover)
+            for batch in scanner:
+                if first_ts is None:
+                    first_ts = int(batch.store_timestamp[0])
+                topics.update(batch.topic)
+        end = scanner.end
+        out.append(
+            SegmentInfo(
+                name=entry.name,
+                start_offset=start,
+                file_size=file_size,
+                end_offset=end.offset,
+                records=scanner.messages,
+                end=end.reason,
+                end_detail=end.detail,
+                damage=[{"kind": d.kind, "offset": d.offset, "detail": d.detail} for d in scanner.damage],
+                first_store_timestamp=first_ts,
+                last_store_timestamp=scanner.last_store_timestamp if scanner.messages else None,
+            )
+        )
+    return out
+
+
+def _queues(directory: Path, cfg: BrokerConfig, problems: list[str], required: bool) -> list[QueueInfo]:
+    out: list[QueueInfo] = []
+    for topic_entry in _listing(directory, problems, required):
+        rel = f"consumequeue/{printable(topic_entry.name)}"
+        try:
+            validate_topic(topic_entry.name)
+        except HostileNameError as exc:
+            problems.append(f"{rel}: {exc.reason}; not followed")
+            continue
+        if topic_entry.is_symlink() or not topic_entry.is_dir():
+            problems.append(f"{rel}: not a directory (or a symbolic link); not followed")
+            continue
+        with os.scandir(topic_entry.path) as it:
+            queue_entries = sorted(it, key=lambda e: e.name)
+        for queue_entry in queue_entries:
+            qrel = f"consumequeue/{topic_entry.name}/{printable(queue_entry.name)}"
+            if not _QUEUE_ID.match(queue_entry.name):
+                problems.append(f"{qrel}: not a queueId; not followed")
+            elif queue_entry.is_symlink() or not queue_entry.is_dir():
+                problems.append(f"{qrel}: not a directory (or a symbolic link); not followed")
+            else:
+                out.append(_queue(Path(queue_entry.path), topic_entry.name, int(queue_entry.name), cfg))
+    out.sort(key=lambda q: (q.topic, q.queue_id))
+    return out
+
+
+def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> QueueInfo:
+    """One queue's files in order: entries up to the first invalid unit, pre-blank units, stale units."""
+    file_size = cfg.cq_file_size
+    problems: list[str] = []
+    files = []
+    with os.scandir(directory) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            if _OFFSET_NAME.match(entry.name) and entry.is_file() and not entry.is_symlink():
+                files.append(entry)
+            else:
+                problems.append(f"{printable(entry.name)}: not a ConsumeQueue file; skipped")
+    entries = pre_blank = stale = 0
+    min_offset = max_offset = None
+    ended_in = None  # file where the queue's valid units end
+    expected = None
+    for entry in files:
+        start = int(entry.name)
+        if start % file_size:
+            problems.append(f"{entry.name}: start offset is not a multiple of the file size {file_size}")
+        if expected is not None and start != expected:
+            problems.append(f"{entry.name}: files from {offset_file_name(expected)} up to here are missing")
+        expected = start + file_size
+        with open(entry.path, "rb") as f:
+            data = f.read()
+        if len(data) != file_size:
+            problems.append(f"{entry.name}: {len(data)} bytes, expected {file_size} (the broker refuses to load it)")
+        units = decode_units(data)
+        if ended_in is not None:
+            stale += _nonzero_units(units)
+            problems.append(f"{entry.name}: after the queue's end in {ended_in}")
+            continue
+        n = valid_prefix(units)
+        blank = (units["offset"][:n] == 0) & (units["size"][:n] == CQ_BLANK_SIZE)
+        real = np.flatnonzero(~blank)
+        later_blanks = int(blank.sum())
+        if min_offset is None:
+            before = int(real[0]) if len(real) else n
+            pre_blank += before
+            later_blanks -= before
+        if later_blanks:
+            problems.append(f"{entry.name}: {later_blanks} pre-blank units after the first entry")
+        if len(real):
+            first = start // CQ_STORE_UNIT_SIZE
+            min_offset = first + int(real[0]) if min_offset is None else min_offset
+            max_offset = first + int(real[-1])
+            entries += len(real)
+        if n < len(units):
+            ended_in = entry.name
+            stale += _nonzero_units(units[n:])
+    if stale:
+        problems.append(f"{stale} non-zero units after the queue's end (stale bytes past the write position)")
+    return QueueInfo(
+        topic=topic,
+        queue_id=queue_id,
+        files=len(files),
+        first_file=files[0].name if files else None,
+        last_file=files[-1].name if files else None,
+        entries=entries,
+        pre_blank=pre_blank,
+        min_offset=min_offset,
+        max_offset=max_offset,
+        stale_units=stale,
+        problems=problems,
+    )
+
+
+def _nonzero_units(units: np.ndarray) -> int:
+    return int(np.count_nonzero(units["offset"] | units["size"] | units["tags_code"]))
+
+
+def _index_files(directory: Path, cfg: BrokerConfig, problems: list[str], required: bool) -> list[IndexInfo]:
+    out: list[IndexInfo] = []
+    expected_size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+    for entry in _listing(directory, problems, required):
+        if not entry.is_file() or entry.is_symlink():
+            problems.append(f"index/{printable(entry.name)}: not a file; skipped")
+            continue
+        file_problems = []
+        if not _INDEX_NAME.match(entry.name):
+            file_problems.append("name is not a yyyyMMddHHmmssSSS time")
+        size = entry.stat().st_size
+        if size != expected_size:
+            file_problems.append(
+                f"{size} bytes, expected {expected_size} (maxHashSlotNum {cfg.maxHashSlotNum}, "
+                f"maxIndexNum {cfg.maxIndexNum})"
+            )
+        with open(entry.path, "rb") as f:
+            raw = f.read(INDEX_HEADER_SIZE)
+        if len(raw) < INDEX_HEADER_SIZE:
+            problems.append(f"index/{entry.name}: shorter than the {INDEX_HEADER_SIZE}-byte header; skipped")
+            continue
+        h = IndexHeader.unpack(raw)
+        if not 1 <= h.index_count <= cfg.maxIndexNum:
+            file_problems.append(f"indexCount {h.index_count} is outside 1..{cfg.maxIndexNum}")
+        if out and not out[-1].full:
+            out[-1].problems.append("not full, but a later file exists")
+        if out and h.begin_timestamp < out[-1].begin_timestamp:
+            file_problems.append("begins before the previous file (names out of order)")
+        out.append(
+            IndexInfo(
+                name=entry.name,
+                file_size=size,
+                begin_timestamp=h.begin_timestamp,
+                end_timestamp=h.end_timestamp,
+                begin_phy_offset=h.begin_phy_offset,
+                end_phy_offset=h.end_phy_offset,
+                hash_slot_count=h.hash_slot_count,
+                index_count=h.index_count,
+                full=h.index_count >= cfg.maxIndexNum,
+                problems=file_problems,
+            )
+        )
+    return out
