@@ -32,7 +32,13 @@ from storelib.checkpoint import Checkpoint
 from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_ZERO_TAIL
 from storelib.config import BrokerConfig
 from storelib.findings import Finding
-from storelib.indexfile import build_index_file, deterministic_names, entries_per_file, needs_empty_tail_file
+from storelib.indexfile import (
+    build_index_file_head,
+    deterministic_names,
+    entries_per_file,
+    index_file_size,
+    needs_empty_tail_file,
+)
 from udfs.fs import join, list_files, resolve, write_file
 from udfs.parse import segment_parser
 from udfs.schema import (
@@ -302,9 +308,9 @@ def write_index_files(
         )
         summaries = [r.asDict() for r in built.collect()]
     if empty_tail:
-        header, data = build_index_file([], [], [], inherited[files], cfg)
+        header, head = build_index_file_head([], [], [], inherited[files], cfg)
         fs, root = resolve(staging)
-        write_file(fs, join(root, "index", names[files]), data)
+        write_file(fs, join(root, "index", names[files]), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum))
         summaries.append({"file_no": files, "name": names[files], **header.__dict__})
     return sorted(summaries, key=lambda s: s["file_no"])
 

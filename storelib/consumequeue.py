@@ -132,8 +132,11 @@ class QueueFiles:
             j = i + int(np.searchsorted(pos[i:], end_of_file))
             if j > i:
                 rel = pos[i:j] - self._buf_start
-                view = np.frombuffer(self._buf, dtype=np.uint8)
-                view[(rel[:, None] + np.arange(20)).ravel()] = data[i:j].ravel()
+                if rel[-1] - rel[0] == (j - 1 - i) * CQ_STORE_UNIT_SIZE:  # consecutive: one copy
+                    self._buf[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
+                else:
+                    view = np.frombuffer(self._buf, dtype=np.uint8)
+                    view[(rel[:, None] + np.arange(CQ_STORE_UNIT_SIZE)).ravel()] = data[i:j].ravel()
                 i = j
             if i < len(qo):
                 yield from self._emit()

@@ -74,10 +74,22 @@ def build_index_file(
     inherited: tuple[int, int],
     cfg: BrokerConfig,
 ) -> tuple[IndexHeader, bytes]:
-    """One IndexFile from its entries in put order, vectorized.
+    """One whole IndexFile (see ``build_index_file_head``), zero-filled to its full size."""
+    header, head = build_index_file_head(key_hash, phy_offset, store_timestamp, inherited, cfg)
+    return header, head + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
+
+
+def build_index_file_head(
+    key_hash: np.ndarray,
+    phy_offset: np.ndarray,
+    store_timestamp: np.ndarray,
+    inherited: tuple[int, int],
+    cfg: BrokerConfig,
+) -> tuple[IndexHeader, bytes]:
+    """The start of one IndexFile (header, slots, used entries) from its entries in put order, vectorized.
 
     ``inherited`` is (endPhyOffset, endTimestamp) of the previous file, (0, 0) for the first.
-    At most maxIndexNum - 1 entries.
+    At most maxIndexNum - 1 entries. The rest of the file, up to ``index_file_size``, is zeros.
     """
     n = len(key_hash)
     slots_n, max_n = cfg.maxHashSlotNum, cfg.maxIndexNum
@@ -86,9 +98,7 @@ def build_index_file(
     inherited_phy, inherited_ts = inherited
     if n == 0:
         header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
-        data = bytearray(index_file_size(slots_n, max_n))
-        data[:INDEX_HEADER_SIZE] = header.pack()
-        return header, bytes(data)
+        return header, header.pack()
     key_hash = np.asarray(key_hash, dtype=np.int32)
     store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
     index = np.arange(1, n + 1, dtype=np.int32)
@@ -109,7 +119,7 @@ def build_index_file(
     diff = (store_timestamp - begin) // 1000  # negatives clamp to 0 below, so floor == Java's truncation
     diff = np.clip(diff, 0, INT32_MAX)
     diff[begin <= 0] = 0
-    entries = np.zeros(max_n, dtype=ENTRY_DTYPE)
+    entries = np.zeros(n + 1, dtype=ENTRY_DTYPE)  # entry 0 is never used
     entries["key_hash"][1 : n + 1] = key_hash
     entries["phy_offset"][1 : n + 1] = phy_offset
     entries["time_diff"][1 : n + 1] = diff

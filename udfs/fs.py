@@ -23,10 +23,27 @@ def join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
-def write_file(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+_ZEROS = bytes(8 << 20)
+
+
+def write_file(fs: pafs.FileSystem, path: str, data: bytes, size: int | None = None) -> None:
+    """Write ``data``, then zeros up to ``size`` (store files are preallocated, zero after their data).
+
+    On a local filesystem the zeros are a hole (``truncate``): the same bytes, without writing them.
+    """
     fs.create_dir(posixpath.dirname(path), recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        with open(path, "wb") as f:
+            f.write(data)
+            if size is not None and size > len(data):
+                f.truncate(size)
+        return
     with fs.open_output_stream(path) as out:
         out.write(data)
+        left = (size or 0) - len(data)
+        while left > 0:
+            out.write(_ZEROS[: min(left, len(_ZEROS))])
+            left -= len(_ZEROS)
 
 
 def read_file(fs: pafs.FileSystem, path: str) -> bytes:

@@ -13,7 +13,7 @@ from storelib.config import BrokerConfig
 from storelib.constants import HostileNameError
 from storelib.consumequeue import QueueFiles, decode_units, queue_dir
 from storelib.findings import Finding
-from storelib.indexfile import build_index_file, entries_per_file
+from storelib.indexfile import build_index_file_head, entries_per_file, index_file_size
 from udfs.fs import join, resolve, write_file
 from udfs.schema import INDEX_EDGE_SCHEMA, INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
@@ -144,9 +144,9 @@ def index_file_writer(out_uri: str, cfg: BrokerConfig, plan: dict[int, tuple[str
     def build(file_no: int, parts: list[np.ndarray]) -> dict[str, object]:
         e = np.concatenate(parts)
         name, inherited = plan[file_no]
-        header, data = build_index_file(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
+        header, head = build_index_file_head(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
-        write_file(fs, join(root, "index", name), data)
+        write_file(fs, join(root, "index", name), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum))
         return {"file_no": file_no, "name": name, **dataclasses.asdict(header)}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
