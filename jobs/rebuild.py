@@ -24,12 +24,14 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from storelib.checkpoint import Checkpoint
-from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_ZERO_TAIL
+from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_UNREADABLE, END_ZERO_TAIL
 from storelib.config import BrokerConfig
 from storelib.findings import Finding
 from storelib.indexfile import (
@@ -183,7 +185,9 @@ def classify_ends(segments: list[Segment], ends: dict[str, dict[str, Any]]) -> l
         end = ends[seg.name]
         reason, offset, detail = end["reason"], end["commitlog_offset"], end["detail"]
         rel = f"commitlog/{seg.name}"
-        if i < last:
+        if reason == END_UNREADABLE:
+            findings.append(Finding("unreadable-file", "error", rel, detail, commitlog_offset=seg.start))
+        elif i < last:
             if reason in (END_BLANK, END_EOF):
                 continue
             findings.append(
@@ -234,6 +238,24 @@ def damage_findings(rows: list[dict[str, Any]], segments: list[Segment]) -> list
 
 # --- 3, 4. write ----------------------------------------------------------------------------
 
+#: rows per Arrow batch handed to the writers: a run row holds up to a few MB of packed units
+#: or entries, so Spark's default (10,000 rows) could hand a task gigabytes at once
+RUN_ROWS_PER_BATCH = 16
+
+
+@contextlib.contextmanager
+def arrow_batch_rows(spark: Any, rows: int) -> Iterator[None]:
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
 
 def write_consume_queues(runs: Any, staging: str, cfg: BrokerConfig, partitions: int) -> list[dict[str, Any]]:
     """Runs of units grouped by queue and ordered by queue offset, each queue streamed into its files."""
@@ -275,12 +297,8 @@ def write_index_files(
     wanted = sorted(
         {g for k in range(1, -(-total // per_file) + 1) for g in (k * per_file - 1, k * per_file)} | {0, total - 1}
     )
-    edges = {
-        r["g"]: r
-        for r in entry_runs.mapInArrow(
-            index_entries_at([g for g in wanted if 0 <= g < total]), _spark_schema(INDEX_EDGE_SCHEMA)
-        ).collect()
-    }
+    picked = entry_runs.mapInArrow(index_entries_at(wanted), _spark_schema(INDEX_EDGE_SCHEMA)).collect()
+    edges = {r["g"]: r for r in picked}
     files = -(-total // per_file)
     last_entry_offset = edges[total - 1]["commitlog_offset"] if total else -1
     empty_tail = needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last_entry_offset)
@@ -433,10 +451,13 @@ def rebuild(
     staging_uri = staging if "://" not in out else out.rstrip("/") + staging[len(out_path) :]
     try:
         partitions = max(2, spark.sparkContext.defaultParallelism)
-        queues = write_consume_queues(usable_runs, staging_uri, cfg, partitions)
+        # ConsumeQueues and IndexFiles are independent: two concurrent Spark jobs share the cores
+        with arrow_batch_rows(spark, RUN_ROWS_PER_BATCH), ThreadPoolExecutor(2) as pool:
+            queues_job = pool.submit(write_consume_queues, usable_runs, staging_uri, cfg, partitions)
+            index_job = pool.submit(write_index_files, spark, usable_runs, staging_uri, cfg, usable, ends)
+            queues, index_files = queues_job.result(), index_job.result()
         for q in queues:
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
-        index_files = write_index_files(spark, usable_runs, staging_uri, cfg, usable, ends)
         checkpoint = Checkpoint(
             physic_msg_timestamp=max((e["last_store_timestamp"] for e in ends.values()), default=0),
             logics_msg_timestamp=max((e["last_cq_store_timestamp"] for e in ends.values()), default=0),

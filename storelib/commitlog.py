@@ -279,6 +279,7 @@ END_TORN = "torn"  # a record runs past the end of the file
 END_BAD_MAGIC = "bad-magic"  # neither a message, a BLANK nor zeros
 END_BAD_SIZE = "bad-size"  # TOTALSIZE too small to be a record
 END_BAD_BLANK = "bad-blank"  # a BLANK whose TOTALSIZE is not the bytes left
+END_UNREADABLE = "unreadable"  # the file could not be read (permissions, I/O error)
 
 #: record-level damage; the scan goes on after it by TOTALSIZE
 DAMAGE_CRC = "crc-mismatch"

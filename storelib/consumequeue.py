@@ -125,6 +125,8 @@ class QueueFiles:
         if self.min_offset is None:
             self.min_offset = int(qo[0])
             self._open(file_start(int(qo[0]), self.file_size), pre_blank_until=int(qo[0]))
+        elif self._buf is None:  # add_run emitted a file that ended exactly at its end
+            self._open(file_start(int(qo[0]), self.file_size), pre_blank_until=None)
         pos = qo * CQ_STORE_UNIT_SIZE
         i = 0
         while i < len(qo):
@@ -143,6 +145,33 @@ class QueueFiles:
                 self._open(file_start(int(qo[i]), self.file_size), pre_blank_until=None)
         self.entries += len(qo)
         self.next_offset = int(qo[-1]) + 1
+
+    def add_run(self, first_queue_offset: int, units: bytes) -> Iterator[tuple[str, bytes]]:
+        """Take encoded units for consecutive queue offsets from ``first_queue_offset``; yield completed files.
+
+        The common case (the run continues the queue) is copied as is; anything else goes through ``add``.
+        """
+        n = len(units) // CQ_STORE_UNIT_SIZE
+        if n == 0:
+            return
+        if self.next_offset != first_queue_offset:
+            u = decode_units(units)
+            qo = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+            yield from self.add(qo, u["offset"], u["size"], u["tags_code"])
+            return
+        pos = first_queue_offset * CQ_STORE_UNIT_SIZE
+        done = 0
+        while done < len(units):
+            if self._buf is None:
+                self._open(file_start((pos + done) // CQ_STORE_UNIT_SIZE, self.file_size), pre_blank_until=None)
+            rel = pos + done - self._buf_start
+            take = min(len(units) - done, self.file_size - rel)
+            self._buf[rel : rel + take] = units[done : done + take]
+            done += take
+            if rel + take == self.file_size:
+                yield from self._emit()
+        self.entries += n
+        self.next_offset = first_queue_offset + n
 
     def _open(self, start: int, pre_blank_until: int | None) -> None:
         self._buf = bytearray(self.file_size)

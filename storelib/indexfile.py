@@ -103,9 +103,12 @@ def build_index_file_head(
     store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
     index = np.arange(1, n + 1, dtype=np.int32)
     slot = key_hash.astype(np.int64) % slots_n
-    # prevIndex: the previous entry of this file in the same slot (0 = none)
-    order = np.argsort(slot, kind="stable")
-    s_sorted = slot[order]
+    # prevIndex: the previous entry of this file in the same slot (0 = none). Sorting
+    # (slot, position) packed in one integer gives the entries grouped by slot, in put order.
+    bits = n.bit_length()
+    packed = np.sort((slot << bits) | np.arange(n, dtype=np.int64))
+    order = packed & ((1 << bits) - 1)
+    s_sorted = packed >> bits
     same = np.concatenate(([False], s_sorted[1:] == s_sorted[:-1]))
     prev = np.zeros(n, dtype=np.int32)
     prev[order[same]] = index[order[np.flatnonzero(same) - 1]]

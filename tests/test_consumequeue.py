@@ -85,15 +85,24 @@ def test_valid_prefix_is_the_recover_rule() -> None:
 FILE_SIZE = 100  # 5 units per file
 
 
-def queue_files(entries: list[tuple[int, int, int, int]], splits: list[int] = (), file_size: int = FILE_SIZE):
-    """QueueFiles fed the entries (queue offset, commitlog offset, size, tagsCode) in pieces cut at ``splits``."""
+def queue_files(
+    entries: list[tuple[int, int, int, int]], splits: list[int] = (), file_size: int = FILE_SIZE, feed: str = "add"
+):
+    """QueueFiles fed the entries (queue offset, commitlog offset, size, tagsCode) in pieces cut at ``splits``.
+
+    ``feed``: every piece through ``add``, through ``add_run`` (encoded units of consecutive
+    queue offsets, as the rebuild ships them), or alternating ("mixed").
+    """
     q = QueueFiles(file_size)
     a = np.array(entries, dtype=np.int64).reshape(-1, 4)
     out = []
-    cuts = [0, *sorted(s for s in splits if 0 < s < len(a)), len(a)]
-    for lo, hi in itertools.pairwise(cuts):
+    cuts = [0, *sorted({s for s in splits if 0 < s < len(a)}), len(a)]
+    for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
         part = a[lo:hi]
-        out.extend(q.add(part[:, 0], part[:, 1], part[:, 2].astype(np.int32), part[:, 3]))
+        if feed == "add_run" or (feed == "mixed" and i % 2):
+            out.extend(q.add_run(int(part[0, 0]), encode_rows([tuple(r) for r in part[:, 1:].tolist()])))
+        else:
+            out.extend(q.add(part[:, 0], part[:, 1], part[:, 2].astype(np.int32), part[:, 3]))
     out.extend(q.finish())
     return q, out
 
@@ -134,10 +143,11 @@ def test_duplicate_queue_offsets_are_dropped_and_reported() -> None:
         assert files == [("00000000000000000000", kept + bytes(20))]
 
 
-def test_queue_offset_gaps_are_reported() -> None:
+@pytest.mark.parametrize("feed", ["add", "add_run"])
+def test_queue_offset_gaps_are_reported(feed: str) -> None:
     entries = [(0, 10, 1, 0), (1, 20, 1, 0), (4, 50, 1, 0), (5, 60, 1, 0)]
-    for splits in ([], [2]):
-        q, files = queue_files(entries, splits)
+    for splits in ([2], [2]) if feed == "add_run" else ([], [2]):
+        q, files = queue_files(entries, splits, feed=feed)
         assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50)]
         # every entry sits at its own queue offset: entry n at logical byte offset n * 20
         assert files == [
@@ -169,12 +179,13 @@ def queues(draw: st.DrawFn) -> tuple[list[tuple[int, int, int, int]], int]:
     return entries, units_per_file * 20
 
 
+@pytest.mark.parametrize("feed", ["add", "add_run", "mixed"])
 @settings(deadline=None)
-@given(queues(), st.lists(st.integers(1, 40), max_size=5))
-def test_queue_files_match_the_reference(queue, splits: list[int]) -> None:
+@given(queue=queues(), splits=st.lists(st.integers(1, 40), max_size=5))
+def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) -> None:
     entries, file_size = queue
     expected = reference_queue_files(entries, file_size)
-    q, files = queue_files(entries, splits, file_size)
+    q, files = queue_files(entries, splits, file_size, feed)
     assert files == expected
     assert q.findings == []
     assert build_queue_files(entries, file_size) == expected

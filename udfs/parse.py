@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from storelib.commitlog import RecordBatch, SegmentScanner
+from storelib.commitlog import END_UNREADABLE, RecordBatch, SegmentEnd, SegmentScanner
 from storelib.config import BrokerConfig
 from storelib.constants import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.consumequeue import encode_units
@@ -129,36 +129,62 @@ def dispatch_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) 
     return _batch(cols, n)
 
 
+def reset_peak_rss() -> None:
+    """Start a new peak-RSS measurement for this task (Linux: ``echo 5 > /proc/self/clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss() -> int:
+    """Peak RSS in bytes since reset_peak_rss (VmHWM), or of the whole process where that is not known."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def parse_segment(
     uri: str, segment: str, start: int, size: int, cfg: BrokerConfig, mode: str = "dispatch"
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one segment (see the module docstring), then its damage rows and its end row."""
     rows = dispatch_rows if mode == "dispatch" else message_rows
+    reset_peak_rss()
     fs, path = resolve(uri)
     index_entries = 0
     last_message_offset = -1
     last_cq_ts = 0
-    with fs.open_input_stream(path) as stream:
-        scanner = SegmentScanner(stream, segment, start, size, check_crc=cfg.checkCRCOnRecover)
-        for b in scanner:
-            d = dispatch_batch(b, cfg)
-            yield rows(segment, b, d, index_entries)
-            index_entries += len(d.index_key_hash)
-            last_message_offset = int(b.physical_offset[-1])
-            cq = np.flatnonzero(d.to_consume_queue)
-            if len(cq):
-                last_cq_ts = int(b.store_timestamp[cq[-1]])
-            for i, value in d.bad_delay:
-                yield _row(
-                    segment=segment,
-                    kind=KIND_DAMAGE,
-                    commitlog_offset=int(b.physical_offset[i]),
-                    reason="bad-delay-level",
-                    detail=f"DELAY={value!r} is not an integer",
-                )
-    for dmg in scanner.damage:
+    scanner = None
+    try:
+        with fs.open_input_stream(path) as stream:
+            scanner = SegmentScanner(stream, segment, start, size, check_crc=cfg.checkCRCOnRecover)
+            for b in scanner:
+                d = dispatch_batch(b, cfg)
+                yield rows(segment, b, d, index_entries)
+                index_entries += len(d.index_key_hash)
+                last_message_offset = int(b.physical_offset[-1])
+                cq = np.flatnonzero(d.to_consume_queue)
+                if len(cq):
+                    last_cq_ts = int(b.store_timestamp[cq[-1]])
+                for i, value in d.bad_delay:
+                    yield _row(
+                        segment=segment,
+                        kind=KIND_DAMAGE,
+                        commitlog_offset=int(b.physical_offset[i]),
+                        reason="bad-delay-level",
+                        detail=f"DELAY={value!r} is not an integer",
+                    )
+        end = scanner.end
+    except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
+        end = SegmentEnd(segment, END_UNREADABLE, max(start, last_message_offset), f"cannot read {uri}: {exc}")
+    for dmg in scanner.damage if scanner else []:
         yield _row(segment=segment, kind=KIND_DAMAGE, commitlog_offset=dmg.offset, reason=dmg.kind, detail=dmg.detail)
-    end = scanner.end
     assert end is not None
     yield _row(
         segment=segment,
@@ -167,11 +193,11 @@ def parse_segment(
         reason=end.reason,
         detail=end.detail,
         index_seq=index_entries,
-        messages=scanner.messages,
-        last_store_timestamp=scanner.last_store_timestamp,
+        messages=scanner.messages if scanner else 0,
+        last_store_timestamp=scanner.last_store_timestamp if scanner else 0,
         last_cq_store_timestamp=last_cq_ts,
         last_message_offset=last_message_offset,
-        worker_peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        worker_peak_rss=peak_rss(),
     )
 
 

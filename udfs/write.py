@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from storelib.config import BrokerConfig
 from storelib.constants import HostileNameError
-from storelib.consumequeue import QueueFiles, decode_units, queue_dir
+from storelib.consumequeue import QueueFiles, queue_dir
 from storelib.findings import Finding
 from storelib.indexfile import build_index_file_head, entries_per_file, index_file_size
 from udfs.fs import join, resolve, write_file
@@ -36,9 +36,9 @@ class _QueueWriter:
                 "hostile-topic-name", "error", "commitlog", exc.reason, topic=topic, queue_id=queue_id
             )
 
-    def add(self, qo: np.ndarray, offset: np.ndarray, size: np.ndarray, tags_code: np.ndarray) -> None:
+    def add_run(self, first_queue_offset: int, units: bytes) -> None:
         if self.refused is None:
-            self._write(self.files.add(qo, offset, size, tags_code))
+            self._write(self.files.add_run(first_queue_offset, units))
 
     def _write(self, files: Iterator[tuple[str, bytes]]) -> None:
         for name, data in files:
@@ -97,10 +97,7 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
                     if current is not None:
                         done.append(current.finish())
                     current = _QueueWriter(out_uri, *key, file_size)
-                units = decode_units(run["data"])
-                first = run["queue_offset"]
-                qo = np.arange(first, first + len(units), dtype=np.int64)
-                current.add(qo, units["offset"], units["size"], units["tags_code"])
+                current.add_run(run["queue_offset"], run["data"])
         if current is not None:
             done.append(current.finish())
         if done:
