@@ -32,3 +32,13 @@ def fixture_dir() -> Path:
 def fixture_cfg(fixture_dir: Path) -> BrokerConfig:
     """The sample store's broker.conf."""
     return load_broker_config(fixture_dir / "broker.conf")
+
+
+@pytest.fixture(scope="session")
+def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_path_factory) -> Path:
+    """crashed/ rebuilt once (audit and recover tests); its consumequeue/ and index/ equal clean/'s."""
+    from jobs.rebuild import rebuild
+
+    out = tmp_path_factory.mktemp("rebuilt") / "crashed"
+    rebuild(spark, str(fixture_dir / "crashed"), str(out), fixture_cfg, on_error="skip-segment").records.unpersist()
+    return out
