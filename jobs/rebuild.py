@@ -44,7 +44,6 @@ from storelib.indexfile import (
 from udfs.fs import join, list_files, resolve, write_file
 from udfs.parse import segment_parser
 from udfs.schema import (
-    INDEX_EDGE_SCHEMA,
     INDEX_SUMMARY_SCHEMA,
     KIND_CQ_RUN,
     KIND_DAMAGE,
@@ -54,7 +53,7 @@ from udfs.schema import (
     RECORD_SCHEMA,
     SEGMENT_SCHEMA,
 )
-from udfs.write import consume_queue_writer, index_entries_at, index_file_writer
+from udfs.write import INDEX_HEADER_FIELDS, consume_queue_writer, index_file_writer, index_part_name
 
 REPORT_FORMAT = "rmq-store-rebuild/1"
 REPORT_NAME = "rebuild.json"
@@ -271,10 +270,12 @@ def write_consume_queues(runs: Any, staging: str, cfg: BrokerConfig, partitions:
 def write_index_files(
     spark: Any, runs: Any, staging: str, cfg: BrokerConfig, segments: list[Segment], ends: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Number entries globally from per-segment counts, plan the files, build each in its own task.
+    """Number entries globally from per-segment counts and build every IndexFile in its own task.
 
     Entry g (0-based, commitlog order) goes to file g // (maxIndexNum - 1). A run of entries
-    that straddles a boundary is sent to both files, which each take their slice.
+    goes to every file it covers and, when it holds a file's last entry, to the next file too,
+    which takes that entry's endPhyOffset/endTimestamp as its inherited begin values. Files are
+    written under temporary names and renamed once every file's first store timestamp is known.
     """
     from pyspark.sql import functions as F
 
@@ -288,49 +289,38 @@ def write_index_files(
     last_message = max((e["last_message_offset"] for e in ends.values()), default=-1)
     if last_message < 0:
         return []
-    bases = spark.createDataFrame(list(base.items()), "segment string, base long")
-    entry_runs = (
-        runs.where(f"kind = {KIND_INDEX_RUN} AND count > 0")
-        .join(F.broadcast(bases), "segment")
-        .select((F.col("base") + F.col("index_seq")).alias("g"), "count", "data")
-    )
-    wanted = sorted(
-        {g for k in range(1, -(-total // per_file) + 1) for g in (k * per_file - 1, k * per_file)} | {0, total - 1}
-    )
-    picked = entry_runs.mapInArrow(index_entries_at(wanted), _spark_schema(INDEX_EDGE_SCHEMA)).collect()
-    edges = {r["g"]: r for r in picked}
     files = -(-total // per_file)
-    last_entry_offset = edges[total - 1]["commitlog_offset"] if total else -1
-    empty_tail = needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last_entry_offset)
-    inherited = [(0, 0)] + [
-        (edges[k * per_file - 1]["commitlog_offset"], edges[k * per_file - 1]["store_timestamp"])
-        for k in range(1, files + (1 if empty_tail else 0))
-    ]
-    first_ts = [edges[k * per_file]["store_timestamp"] for k in range(files)]
-    if empty_tail:
-        first_ts.append(inherited[-1][1])
-    names = deterministic_names(first_ts)
-    plan = {k: (names[k], inherited[k]) for k in range(len(names))}
     summaries = []
     if files:
+        bases = spark.createDataFrame(list(base.items()), "segment string, base long")
+        first_file, last_file = F.floor(F.col("g") / per_file), F.floor((F.col("g") + F.col("count")) / per_file)
         built = (
-            entry_runs.withColumn(
-                "file_no",
-                F.explode(
-                    F.sequence(F.floor(F.col("g") / per_file), F.floor((F.col("g") + F.col("count") - 1) / per_file))
-                ),
-            )
+            runs.where(f"kind = {KIND_INDEX_RUN} AND count > 0")
+            .join(F.broadcast(bases), "segment")
+            .select((F.col("base") + F.col("index_seq")).alias("g"), "count", "data")
+            .withColumn("file_no", F.explode(F.sequence(first_file, F.least(last_file, F.lit(files - 1)))))
             .repartition(files, "file_no")
             .sortWithinPartitions("file_no", "g")
-            .mapInArrow(index_file_writer(staging, cfg, plan), _spark_schema(INDEX_SUMMARY_SCHEMA))
+            .mapInArrow(index_file_writer(staging, cfg), _spark_schema(INDEX_SUMMARY_SCHEMA))
         )
-        summaries = [r.asDict() for r in built.collect()]
-    if empty_tail:
-        header, head = build_index_file_head([], [], [], inherited[files], cfg)
-        fs, root = resolve(staging)
-        write_file(fs, join(root, "index", names[files]), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum))
-        summaries.append({"file_no": files, "name": names[files], **header.__dict__})
-    return sorted(summaries, key=lambda s: s["file_no"])
+        summaries = sorted((r.asDict() for r in built.collect()), key=lambda s: s["file_no"])
+    last = summaries[-1] if summaries else {"end_phy_offset": -1, "end_timestamp": 0}
+    fs, root = resolve(staging)
+    if needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last["end_phy_offset"]):
+        header, head = build_index_file_head(
+            [], [], [], (last["end_phy_offset"] if summaries else 0, last["end_timestamp"]), cfg
+        )
+        write_file(
+            fs, join(root, "index", index_part_name(files)), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+        )
+        summaries.append(
+            {"file_no": files, "first_store_timestamp": header.end_timestamp, **dataclasses.asdict(header)}
+        )
+    names = deterministic_names([s["first_store_timestamp"] for s in summaries])
+    for s, name in zip(summaries, names):
+        fs.move(join(root, "index", index_part_name(s["file_no"])), join(root, "index", name))
+        s["name"] = name
+    return [{k: s[k] for k in ("name", *INDEX_HEADER_FIELDS)} for s in summaries]
 
 
 # --- 5. publish -----------------------------------------------------------------------------
@@ -512,7 +502,7 @@ def build_report(
         },
         "findings": [f.to_dict() for f in sorted(findings, key=_finding_order)],
         "consume_queues": queues,
-        "index_files": [{k: v for k, v in f.items() if k != "file_no"} for f in index_files],
+        "index_files": index_files,
         "checkpoint": dataclasses.asdict(checkpoint),
     }
 

@@ -52,7 +52,9 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 # --- Topic names (TopicValidator) ---------------------------------------------
-TOPIC_MAX_LENGTH = 127
+#: TopicValidator's limit for topics clients create is 127; longer names (v2 records, 5.x
+#: LMQ queues) exist in stores, so as a directory name a topic may use NAME_MAX (255 bytes)
+TOPIC_MAX_LENGTH = 255
 TOPIC_V1_MAX_BYTES = 127  # v1 stores the topic length in one signed byte
 
 # --- ConsumeQueue ---------------------------------------------------------------

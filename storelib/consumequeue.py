@@ -30,7 +30,11 @@ _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
 
 
 def validate_topic(topic: str, where: str = "") -> str:
-    """``TopicValidator``: ``[%|a-zA-Z0-9_-]``, 1..127 characters. Anything else never becomes a path."""
+    """``TopicValidator``'s characters ``[%|a-zA-Z0-9_-]``, 1..255 of them. Anything else never becomes a path.
+
+    Only ASCII is allowed, so characters are bytes and 255 is the filesystem's NAME_MAX;
+    topics over 127 characters are those the v2 record layout exists for.
+    """
     if not _TOPIC_RE.match(topic) or len(topic) > TOPIC_MAX_LENGTH:
         raise HostileNameError(
             f"illegal topic name {topic!r} (RocketMQ allows [%|a-zA-Z0-9_-], at most {TOPIC_MAX_LENGTH} characters)",

@@ -112,7 +112,7 @@ class GeneratorSpec:
     delay_fraction: float = 0.03
     transaction_fraction: float = 0.03  # half messages, later committed or rolled back
     legacy_transaction_fraction: float = 0.01  # PREPARED records, later COMMIT or ROLLBACK records
-    long_topic: bool = False  # also send to LONG_TOPIC (v2 records; invalid per TopicValidator)
+    long_topic: bool = False  # also send to LONG_TOPIC (150 characters: v2 records)
     deleted_head_segments: int = 0  # retention: delete the first k segments (never the last one)
     seed: int = 0
     start_timestamp: int = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -529,8 +529,7 @@ class _Dispatcher:
 
     def _write_cq(self, key: tuple[str, int], name: str, data: bytes) -> None:
         topic, queue_id = key
-        # LONG_TOPIC is the generator's own v2 topic: path-safe, but longer than queue_dir accepts
-        rel = f"consumequeue/{topic}/{queue_id}" if topic == LONG_TOPIC else queue_dir(topic, queue_id)
+        rel = queue_dir(topic, queue_id)
         directory = self.root / rel
         directory.mkdir(parents=True, exist_ok=True)
         (directory / name).write_bytes(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from jobs.rebuild import RebuildError, rebuild
-from storelib.commitlog import Message, encode_message
-from storelib.config import BrokerConfig, load_broker_config
+from storelib.commitlog import Message, SegmentScanner, encode_message
+from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
+from storelib.dispatch import dispatch_batch
+from storelib.generate import PRESETS, generate_store
 from tests.conftest import FIXTURE_DIR
 
 pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture not present")
@@ -153,3 +156,41 @@ def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
             *[f"out/index/{f['name']}" for f in result.report["index_files"]],
         ]
     )
+
+
+def divisor_at_least(n: int, low: int) -> int:
+    return next(d for d in range(low, n + 1) if n % d == 0)
+
+
+def last_message_has_index_keys(store: Path, cfg: BrokerConfig) -> bool:
+    last = sorted((store / "commitlog").iterdir())[-1]
+    with open(last, "rb") as f:
+        batches = list(SegmentScanner(f, last.name, int(last.name), last.stat().st_size))
+    d = dispatch_batch(batches[-1], cfg)
+    return len(d.index_record) > 0 and d.index_record[-1] == len(batches[-1]) - 1
+
+
+@pytest.mark.parametrize("exact_fill", [False, True])
+def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
+    """Every feature of the generator (expired head, BLANK rolls, v2 records, IPv6, all transaction types,
+    delays, several IndexFiles). With ``exact_fill`` the entries fill the IndexFiles exactly and keyless
+    messages follow, so the broker's empty successor file must appear."""
+    preset = PRESETS["demo"]
+    spec = dataclasses.replace(preset.spec, messages=6000, long_topic=True, deleted_head_segments=2)
+    cfg = broker_config_from_properties({**preset.broker, "mappedFileSizeCommitLog": str(256 << 10)})
+    if exact_fill:
+        spec = dataclasses.replace(spec, keyed_fraction=0.5, uniq_key_fraction=0.0)
+        for seed in range(20):  # a seed whose last message has no index keys
+            spec = dataclasses.replace(spec, seed=seed)
+            entries = generate_store(tmp_path / f"probe{seed}", spec, cfg).index_entries
+            if not last_message_has_index_keys(tmp_path / f"probe{seed}", cfg):
+                break
+        cfg = dataclasses.replace(cfg, maxIndexNum=divisor_at_least(entries, entries // 7) + 1)
+    summary = generate_store(tmp_path / "store", spec, cfg)
+    assert summary.deleted_segments == 2 and summary.kinds["v2"] > 0
+    result = rebuild(spark, str(tmp_path / "store"), str(tmp_path / "out"), cfg)
+    assert_same_index(tmp_path / "store", tmp_path / "out")
+    assert len(result.report["index_files"]) == summary.index_files > 2
+    if exact_fill:
+        assert [f["index_count"] for f in result.report["index_files"][-2:]] == [cfg.maxIndexNum, 1]
+    assert [f for f in result.report["findings"] if f["severity"] != "info"] == []

@@ -72,7 +72,7 @@ QUEUE_SUMMARY_SCHEMA = pa.schema(
 INDEX_SUMMARY_SCHEMA = pa.schema(
     [
         ("file_no", pa.int64()),
-        ("name", pa.string()),
+        ("first_store_timestamp", pa.int64()),  # of its first entry: gives its name
         ("begin_timestamp", pa.int64()),
         ("end_timestamp", pa.int64()),
         ("begin_phy_offset", pa.int64()),
@@ -81,6 +81,3 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
         ("index_count", pa.int32()),
     ]
 )
-
-#: the IndexFile entries at chosen global positions g (udfs.write.index_entries_at)
-INDEX_EDGE_SCHEMA = pa.schema([("g", pa.int64()), ("commitlog_offset", pa.int64()), ("store_timestamp", pa.int64())])

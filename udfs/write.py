@@ -13,9 +13,9 @@ from storelib.config import BrokerConfig
 from storelib.constants import HostileNameError
 from storelib.consumequeue import QueueFiles, queue_dir
 from storelib.findings import Finding
-from storelib.indexfile import build_index_file_head, entries_per_file, index_file_size
+from storelib.indexfile import IndexHeader, build_index_file_head, entries_per_file, index_file_size
 from udfs.fs import join, resolve, write_file
-from udfs.schema import INDEX_EDGE_SCHEMA, INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
+from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -110,55 +110,51 @@ def _entries(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
 
 
-def index_entries_at(positions: list[int]) -> ArrowMap:
-    """``mapInArrow`` over index runs (g, count, data): the entries at the given global positions."""
-    wanted = np.asarray(sorted(positions), dtype=np.int64)
-
-    def pick(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for run in b.to_pylist():
-                g0, n = run["g"], run["count"]
-                hit = wanted[(wanted >= g0) & (wanted < g0 + n)]
-                if len(hit):
-                    e = _entries(run["data"])[hit - g0]
-                    yield pa.RecordBatch.from_pydict(
-                        {"g": hit, "commitlog_offset": e["commitlog_offset"], "store_timestamp": e["store_timestamp"]},
-                        schema=INDEX_EDGE_SCHEMA,
-                    )
-
-    return pick
+INDEX_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(IndexHeader))
 
 
-def index_file_writer(out_uri: str, cfg: BrokerConfig, plan: dict[int, tuple[str, tuple[int, int]]]) -> ArrowMap:
+def index_part_name(file_no: int) -> str:
+    """An IndexFile's name in the staging directory, until every file's first timestamp is known."""
+    return f".part-{file_no:08d}"
+
+
+def index_file_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
     """``mapInArrow`` over index runs sorted by (file_no, g): build and write each IndexFile.
 
-    ``plan`` maps file_no to (file name, inherited (endPhyOffset, endTimestamp) of the
-    previous file). Input columns: file_no, g (of a run's first entry), count, data.
-    Output: one INDEX_SUMMARY_SCHEMA row per file.
+    Input columns: file_no, g (of a run's first entry), count, data. A run may also hold the
+    previous file's last entry, the file's inherited endPhyOffset/endTimestamp ((0, 0) for
+    the first file). Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
     per_file = entries_per_file(cfg.maxIndexNum)
+    size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
-    def build(file_no: int, parts: list[np.ndarray]) -> dict[str, object]:
+    def build(file_no: int, parts: list[np.ndarray], inherited: tuple[int, int]) -> pa.RecordBatch:
         e = np.concatenate(parts)
-        name, inherited = plan[file_no]
         header, head = build_index_file_head(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
-        write_file(fs, join(root, "index", name), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum))
-        return {"file_no": file_no, "name": name, **dataclasses.asdict(header)}
+        write_file(fs, join(root, "index", index_part_name(file_no)), head, size)
+        row = {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
+        return pa.RecordBatch.from_pylist([row], schema=INDEX_SUMMARY_SCHEMA)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: int | None = None
         parts: list[np.ndarray] = []
+        inherited = (0, 0)
         for b in batches:
             for run in b.to_pylist():
                 file_no, g0 = run["file_no"], run["g"]
                 if current is not None and file_no != current:
-                    yield pa.RecordBatch.from_pylist([build(current, parts)], schema=INDEX_SUMMARY_SCHEMA)
-                    parts = []
+                    yield build(current, parts, inherited)
+                    parts, inherited = [], (0, 0)
                 current = file_no
-                lo, hi = max(g0, file_no * per_file), min(g0 + run["count"], (file_no + 1) * per_file)
-                parts.append(_entries(run["data"])[lo - g0 : hi - g0])
+                entries = _entries(run["data"])
+                lo, hi = file_no * per_file, (file_no + 1) * per_file
+                if g0 <= lo - 1 < g0 + run["count"]:
+                    last = entries[lo - 1 - g0]
+                    inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
+                if g0 + run["count"] > lo:
+                    parts.append(entries[max(g0, lo) - g0 : min(g0 + run["count"], hi) - g0])
         if current is not None:
-            yield pa.RecordBatch.from_pylist([build(current, parts)], schema=INDEX_SUMMARY_SCHEMA)
+            yield build(current, parts, inherited)
 
     return write
