@@ -8,7 +8,11 @@
    joined with the records (does each entry point at a record with its keyHash?); every key
    of every indexed message looked up with the broker's lookup (sampled above ``--index-sample``);
 4. CommitLog: the rebuild's scan findings plus what the broker's recovery would do;
-5. report.json (schema ``rmqstore-audit/1``, see README), report.html, a console summary.
+5. report.json (schema ``rmqstore-audit/1``, see README), report.html, a console summary;
+6. with ``--history TABLE``: the findings and a summary row appended to the audit history (jobs.history).
+
+``--since-last`` audits only the tail: the segments from the one holding the commitlog max offset of the
+store's last clean run in the history table, the queues their messages touch, the IndexFiles covering them.
 
 Exit codes: 0 clean (info findings only), 1 divergences found, 2 could not audit.
 Nothing is ever written into the live store.
@@ -78,6 +82,53 @@ class AuditResult:
 
 class AuditError(RuntimeError):
     """The store could not be audited (exit code 2)."""
+
+
+@dataclasses.dataclass
+class Scope:
+    """What an audit covers: the commitlog segments from offset ``start`` on, and what it skips.
+
+    A full audit starts at 0. A ``--since-last`` audit starts at the segment holding the commitlog max offset of
+    ``base`` (the last clean run, jobs.history.last_clean_run) and audits only what changed after it.
+    """
+
+    start: int
+    segments: list[str]  # names of the commitlog segments audited
+    base: dict[str, Any] | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)  # what was not audited, and why
+    note: str = ""
+
+    def skip(self, count: int, what: str) -> None:
+        """Record that ``count`` ``what`` were not audited, unchanged since the base run."""
+        if count and self.base:
+            when = self.base["started_at"].isoformat(timespec="seconds")
+            self.skipped.append(f"{count} {what} unchanged since run {self.base['run_id']} at {when}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's ``run.scope``."""
+        return {
+            "from_offset": self.start,
+            "segments_audited": self.segments,
+            "base_run_id": self.base["run_id"] if self.base else None,
+            "skipped": self.skipped,
+            "note": self.note,
+        }
+
+
+def audit_scope(segments: list[Any], cfg: BrokerConfig, since: dict[str, Any] | None) -> Scope:
+    """The whole commitlog; with ``since`` (a clean run's summary), the segments from the one holding its max offset."""
+    full = Scope(0, [s.name for s in segments])
+    if since is None:
+        return full
+    base_max = since.get("commitlog_max_offset")
+    start = base_max - base_max % cfg.mappedFileSizeCommitLog if base_max is not None else 0
+    tail = [s for s in segments if s.start >= start]
+    if base_max is None or not tail:
+        full.note = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
+        return full
+    scope = Scope(start, [s.name for s in tail], since)
+    scope.skip(len(segments) - len(tail), f"commitlog segments below offset {start}")
+    return scope
 
 
 # --- listing (names and sizes only; contents are read on executors) ---------------------------
@@ -176,8 +227,13 @@ def audit(
     cfg: BrokerConfig,
     report_dir: str | None,
     index_sample: int = DEFAULT_INDEX_SAMPLE,
+    since: dict[str, Any] | None = None,
 ) -> AuditResult:
-    """Audit ``store`` against ``rebuilt`` (rebuilding into a temporary directory when None); write the report."""
+    """Audit ``store`` against ``rebuilt`` (rebuilding into a temporary directory when None); write the report.
+
+    ``since``: the summary of the store's last clean run (jobs.history.last_clean_run); only the tail after it
+    is audited (``audit_scope``).
+    """
     from jobs.rebuild import REPORT_NAME, RebuildError, list_segments, parse_store
     from jobs.rebuild import rebuild as run_rebuild
 
@@ -187,6 +243,8 @@ def audit(
         raise AuditError(f"--report {report_dir} is inside the store: an audit never writes into a store")
     before = store_state(store)
     segments, segment_findings = list_segments(store, cfg)
+    scope = audit_scope(segments, cfg, since)
+    audited = [s for s in segments if s.start >= scope.start]
     tmp = None
     try:
         if rebuilt is None:
@@ -196,17 +254,28 @@ def audit(
                 result = run_rebuild(spark, store, rebuilt, cfg, on_error="skip-segment")
             except RebuildError as exc:
                 raise AuditError(f"the commitlog could not be rebuilt: {exc}") from None
-            rebuild_report, records = result.report, result.records
+            rebuild_report = result.report
         else:
             rfs, rpath = resolve(rebuilt)
             with rfs.open_input_stream(join(rpath, REPORT_NAME)) as f:
                 rebuild_report = json.loads(f.read())
-            records = parse_store(spark, segments, cfg).persist()
+        records = parse_store(spark, audited, cfg).persist()
         try:
-            scan = _scan_findings(records, segments, segment_findings)
+            scan = _scan_findings(records, audited, segment_findings)
             kept = [Finding.from_dict(f) for f in rebuild_report["findings"] if f["kind"] in REBUILD_KINDS]
             return _audit(
-                spark, store, rebuilt, cfg, report_dir, index_sample, rebuild_report, records, scan + kept, before, t0
+                spark,
+                store,
+                rebuilt,
+                cfg,
+                report_dir,
+                index_sample,
+                rebuild_report,
+                records,
+                scan + kept,
+                before,
+                t0,
+                scope,
             )
         finally:
             records.unpersist()
@@ -227,6 +296,7 @@ def _audit(
     findings: list[Finding],
     before: dict[str, Any],
     t0: float,
+    scope: Scope,
 ) -> AuditResult:
     from pyspark.sql import functions as F
 
@@ -234,10 +304,10 @@ def _audit(
     commitlog = rebuild_report["commitlog"]
     cl_min, cl_max = commitlog["min_offset"], commitlog["max_offset"]
     ends = {r["segment"]: r.asDict() for r in records.where(f"kind = {KIND_SEGMENT_END}").collect()}
-    stale = _stale(commitlog["segments"], ends)
+    stale = _stale([s for s in commitlog["segments"] if s["start"] >= scope.start], ends)
     if stale:
         findings.append(stale)
-        return _finish(store, rebuilt, findings, [], [], [], {}, report_dir, started, t0, EXIT_CANNOT)
+        return _finish(store, rebuilt, findings, [], [], [], {}, report_dir, started, t0, EXIT_CANNOT, scope)
 
     # commitlog: what the broker's recovery would do with it
     first_ts = {
@@ -264,10 +334,13 @@ def _audit(
         max((e["last_cq_store_timestamp"] or 0 for e in ends.values()), default=0),
     )
 
-    queue_findings, queue_rows, queue_repairs = _audit_queues(spark, store, rebuilt, cfg, records, cl_min, cl_max)
+    queue_findings, queue_rows, queue_repairs = _audit_queues(
+        spark, store, rebuilt, cfg, records, cl_min, cl_max, scope
+    )
     findings += queue_findings
+    built_ends = {f["name"]: f["end_phy_offset"] for f in rebuild_report["index_files"]}
     index_findings, index_rows, index_repairs, keys = _audit_index(
-        spark, store, rebuilt, cfg, records, cl_min, index_sample, live, checkpoint
+        spark, store, rebuilt, cfg, records, max(cl_min, scope.start), index_sample, live, checkpoint, scope, built_ends
     )
     findings += index_findings
 
@@ -302,7 +375,19 @@ def _audit(
     }
     exit_code = EXIT_DIVERGENT if any(is_divergence(f) for f in findings) else EXIT_CLEAN
     return _finish(
-        store, rebuilt, findings, queue_rows, index_rows, repairs, counts, report_dir, started, t0, exit_code, facts
+        store,
+        rebuilt,
+        findings,
+        queue_rows,
+        index_rows,
+        repairs,
+        counts,
+        report_dir,
+        started,
+        t0,
+        exit_code,
+        scope,
+        facts,
     )
 
 
@@ -333,15 +418,20 @@ def _stale(segments: list[dict[str, Any]], ends: dict[str, dict[str, Any]]) -> F
 
 
 def _audit_queues(
-    spark: Any, store: str, rebuilt: str, cfg: BrokerConfig, records: Any, cl_min: int, cl_max: int
+    spark: Any, store: str, rebuilt: str, cfg: BrokerConfig, records: Any, cl_min: int, cl_max: int, scope: Scope
 ) -> tuple[list[Finding], list[dict[str, Any]], list[dict[str, Any]]]:
-    """One task per queue (union of live and rebuilt queues)."""
+    """One task per queue (union of live and rebuilt queues; since the base run: those the records touch)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     live, findings = list_queues(store)
     built, _ = list_queues(rebuilt)
     keys = sorted(set(live) | set(built))
+    if scope.base:
+        messages = records.where(f"kind = {KIND_MESSAGE}").select("topic", "queue_id").distinct().collect()
+        touched = {(r["topic"], r["queue_id"]) for r in messages}
+        scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
+        keys = [k for k in keys if k in touched]
     if not keys:
         return findings, [], []
     schema = T.StructType(
@@ -389,12 +479,18 @@ def _audit_index(
     rebuilt: str,
     cfg: BrokerConfig,
     records: Any,
-    cl_min: int,
+    from_offset: int,
     index_sample: int,
     live: dict[str, Any],
     checkpoint: Checkpoint | None,
+    scope: Scope,
+    built_ends: dict[str, int],
 ) -> tuple[list[Finding], list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
-    """IndexFiles by position, their entries against the records, and the keys through the broker's lookup."""
+    """IndexFiles by position, their entries against the records, and the keys through the broker's lookup.
+
+    Entries pointing below ``from_offset`` are not checked. Since the base run: only the positions whose
+    rebuilt file ends at or after ``scope.start`` (``built_ends``: rebuilt name -> endPhyOffset).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -402,12 +498,16 @@ def _audit_index(
     names, findings = list_index(store)
     built, _ = list_index(rebuilt)
     keys_info = {"keys_total": 0, "keys_checked": 0, "entries_checked": 0}
-    if not cfg.messageIndexEnable or not (names or built):
-        return findings, [], [], keys_info
     pairs = [
         (i, names[i] if i < len(names) else None, built[i] if i < len(built) else None)
         for i in range(max(len(names), len(built)))
     ]
+    if scope.base:
+        covering = [p for p in pairs if p[2] is None or built_ends.get(p[2], scope.start) >= scope.start]
+        scope.skip(len(pairs) - len(covering), f"index files with no entry at or after offset {scope.start}")
+        pairs = covering
+    if not cfg.messageIndexEnable or not pairs:
+        return findings, [], [], keys_info
     rows = (
         spark.sparkContext.parallelize(pairs, len(pairs))
         .map(lambda p: audit_index_file(p, store, rebuilt, cfg))
@@ -440,7 +540,7 @@ def _audit_index(
     recs = records.where(f"kind = {KIND_MESSAGE}").select(
         F.col("commitlog_offset").alias("phy_offset"), "key_hashes", "topic"
     )
-    checked = entries.where(F.col("phy_offset") >= cl_min).join(recs, "phy_offset", "left")
+    checked = entries.where(F.col("phy_offset") >= from_offset).join(recs, "phy_offset", "left")
     bad = checked.where(F.col("key_hashes").isNull() | ~F.array_contains("key_hashes", F.col("key_hash")))
     per_file = (
         bad.groupBy("file")
@@ -499,14 +599,17 @@ def _audit_index(
             )
         )
     missing.unpersist()
-    return findings, rows, _index_repairs(rows, findings), keys_info
+    first = min(pairs[0][0], len(names))
+    return findings, rows, _index_repairs(rows, findings, names[first - 1] if first else None), keys_info
 
 
-def _index_repairs(rows: list[dict[str, Any]], findings: list[Finding]) -> list[dict[str, Any]]:
-    """Replace differing files by position (keeping live names), create missing ones, delete extra ones."""
+def _index_repairs(rows: list[dict[str, Any]], findings: list[Finding], previous: str | None) -> list[dict[str, Any]]:
+    """Replace differing files by position (keeping live names), create missing ones, delete extra ones.
+
+    ``previous``: the live file before the first row's position (None when it is the first).
+    """
     differs = {f.file for f in findings if f.kind == "index-file-differs"}
     out = []
-    previous = None
     for r in rows:
         live, built = r["live"], r["rebuilt"]
         if live and built:
@@ -538,6 +641,7 @@ def _finish(
     started: dt.datetime,
     t0: float,
     exit_code: int,
+    scope: Scope,
     segments: list[SegmentFacts] | None = None,
 ) -> AuditResult:
     from jobs.audit_report import write_reports
@@ -561,6 +665,7 @@ def _finish(
             "finished_at": dt.datetime.now(dt.UTC).isoformat(),
             "seconds": round(time.monotonic() - t0, 3),
             "segments": [dataclasses.asdict(s) for s in segments or []],
+            "scope": scope.to_dict(),
         },
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
@@ -595,28 +700,96 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"look up at most N distinct keys through the live IndexFiles (default {DEFAULT_INDEX_SAMPLE})",
     )
+    p.add_argument(
+        "--history", metavar="TABLE", help="append the findings and a summary row to this Delta table (audit history)"
+    )
+    p.add_argument("--store-id", help="the store's id in the history table (default: derived from the store path)")
+    p.add_argument(
+        "--since-last",
+        action="store_true",
+        help="audit only what changed since the store's last clean run in --history (a full audit when none)",
+    )
     add_broker_config(p)
     add_spark_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from jobs.audit_report import console_summary
+    from jobs.catalog import default_store_id
     from jobs.cli import broker_config
     from jobs.session import spark_session
 
+    if (args.since_last or args.store_id) and not args.history:
+        print("rmqstore audit: --since-last and --store-id need --history TABLE", file=sys.stderr)
+        return EXIT_CANNOT
     cfg = broker_config(args)
     spark, _ = spark_session("rmqstore-audit", args.master, args.profile, args.conf)
+    store_id = args.store_id or default_store_id(args.store)
+    started, since, result = dt.datetime.now(dt.UTC), None, None
     try:
-        result = audit(spark, args.store, args.rebuilt, cfg, args.report, args.index_sample)
+        since = _last_clean_run(spark, args.history, store_id) if args.since_last else None
+        result = audit(spark, args.store, args.rebuilt, cfg, args.report, args.index_sample, since)
     except (AuditError, ValueError) as exc:
         print(f"rmqstore audit: cannot audit: {exc}", file=sys.stderr)
-        return EXIT_CANNOT
     except Exception as exc:  # a Spark task failed (e.g. a segment vanished): exit 2 drives the alert, not a trace
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"rmqstore audit: cannot audit: {type(exc).__name__}: {first}", file=sys.stderr)
-        return EXIT_CANNOT
-    print(console_summary(result.report, args.report))
-    return result.exit_code
+    if result is not None and args.since_last and since is None:
+        result.report["run"]["scope"]["note"] = f"no clean run of store {store_id} in {args.history} yet: full audit"
+    exit_code = result.exit_code if result is not None else EXIT_CANNOT
+    if args.history:
+        exit_code = _record(spark, args.history, store_id, started, result, args.report) or exit_code
+    if result is not None:
+        print(console_summary(result.report, args.report))
+    return exit_code
+
+
+def _last_clean_run(spark: Any, table: str, store_id: str) -> dict[str, Any] | None:
+    from jobs.history import last_clean_run
+
+    try:
+        return last_clean_run(spark, table, store_id)
+    except Exception as exc:  # an unreadable table: auditing only the tail would rest on nothing
+        raise AuditError(f"cannot read the history table {table}: {exc}") from None
+
+
+def _record(
+    spark: Any, table: str, store_id: str, started: dt.datetime, result: AuditResult | None, report_dir: str
+) -> int | None:
+    """Append the run to the history table and name it in the report; EXIT_CANNOT when that fails, else None.
+
+    A run that could not audit (``result`` None) still gets its summary row, with exit code 2.
+    """
+    from jobs.audit_report import write_reports
+    from jobs.history import append_history
+
+    run: dict[str, Any] = {"store": store_id, "started_at": started, "exit_code": EXIT_CANNOT}
+    findings: list[dict[str, Any]] = []
+    if result is not None:
+        report, scope = result.report, result.report["run"]["scope"]
+        run.update(
+            started_at=dt.datetime.fromisoformat(report["run"]["started_at"]),
+            finished_at=dt.datetime.fromisoformat(report["run"]["finished_at"]),
+            exit_code=result.exit_code,
+            commitlog_max_offset=report["summary"].get("commitlog", {}).get("max_offset"),
+            segments_audited=scope["segments_audited"],
+            skipped=scope["skipped"],
+            base_run_id=scope["base_run_id"],
+        )
+        findings = report["findings"]
+    run.setdefault("finished_at", dt.datetime.now(dt.UTC))
+    try:
+        version = append_history(spark, table, run, findings)
+        history: dict[str, Any] = {"table": table, "run_id": run["run_id"], "version": version}
+        print(f"history: run {run['run_id']} appended to {table} (version {version})")
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        history = {"table": table, "run_id": run.get("run_id"), "error": first}
+        print(f"rmqstore audit: could not write the history table {table}: {first}", file=sys.stderr)
+    if result is not None:
+        result.report["run"]["history"] = history
+        write_reports(report_dir, result.report)
+    return EXIT_CANNOT if "error" in history else None
 
 
 if __name__ == "__main__":

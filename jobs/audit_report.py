@@ -39,10 +39,25 @@ def write_reports(report_dir: str, report: dict[str, Any]) -> None:
     write_file(fs, join(root, "report.html"), render_html(report).encode())
 
 
+def scope_lines(report: dict[str, Any]) -> list[str]:
+    """What the run did not audit (``--since-last``), and where its history went (``--history``)."""
+    run = report["run"]
+    scope = run.get("scope") or {}
+    lines = [f"note: {scope['note']}"] if scope.get("note") else []
+    lines += [f"skipped {what}" for what in scope.get("skipped", [])]
+    history = run.get("history")
+    if history:
+        lines.append(
+            f"history: run {history['run_id']} in {history['table']}, "
+            + (f"version {history['version']}" if "version" in history else f"not written: {history['error']}")
+        )
+    return lines
+
+
 def console_summary(report: dict[str, Any], report_dir: str | None) -> str:
-    """A few lines: the worst findings, then one summary line."""
+    """A few lines: the worst findings, what was skipped, then one summary line."""
     s = report["summary"]
-    lines = []
+    lines = [f"  {line}" for line in scope_lines(report)]
     for f in [f for f in report["findings"] if f["severity"] != "info"][:15]:
         where = f["file"] + (f" @ queue offset {f['queue_offset']}" if f["queue_offset"] is not None else "")
         lines.append(f"  {f['severity'].upper():7} {f['kind']}: {where}: {f['message']}")
@@ -172,6 +187,7 @@ def render_html(report: dict[str, Any]) -> str:
 <p>Store <code>{_e(run["store"])}</code>, rebuilt index <code>{_e(run["rebuilt"])}</code>,
 {_e(run["started_at"])}, {run["seconds"]:.1f} s. Exit code {s["exit_code"]}:
 {s["error"]} errors, {s["warning"]} warnings, {s["info"]} infos.</p>
+{"".join(f"<p>{_e(line)}</p>" for line in scope_lines(report))}
 <h2>Where along the commitlog</h2>{commitlog_chart(report)}
 <h2>Where along the queues</h2>{queue_chart(report)}
 <h2>Queues</h2>
