@@ -669,8 +669,9 @@ def find_properties(
     out = {name: (np.full(n, -1, np.int64), np.zeros(n, np.int64)) for name in names}
     if n == 0 or not length.any():
         return out
-    sep = positions_within(a, start, end, PROPERTY_SEPARATOR.encode())
-    nv = positions_within(a, start, end, NAME_VALUE_SEPARATOR.encode())
+    src, values = range_bytes(a, start, end)
+    sep = src[values == ord(PROPERTY_SEPARATOR)]
+    nv = src[values == ord(NAME_VALUE_SEPARATOR)]
     # ranges are ascending and hold their separators, so inserting keeps everything sorted
     before = np.searchsorted(sep, start)
     piece_start = np.insert(sep + 1, before, start)
@@ -700,9 +701,19 @@ def find_properties(
     return out
 
 
+def range_bytes(a: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, bytes) of ``a`` inside the ascending ranges [start, end), in order, gathered once."""
+    length = end - start
+    total = int(length.sum())
+    offs = np.cumsum(length) - length
+    src = np.repeat(start - offs, length) + np.arange(total)
+    return src, a[src]
+
+
 def positions_within(a: np.ndarray, start: np.ndarray, end: np.ndarray, byte: bytes) -> np.ndarray:
-    """Positions of ``byte`` in ``a`` that fall inside one of the ascending ranges [start, end)."""
-    lo, hi = int(start.min()), int(end.max())
-    p = np.flatnonzero(a[lo:hi] == byte[0]) + lo
-    r = np.searchsorted(start, p, side="right") - 1
-    return p[(r >= 0) & (p < end[np.maximum(r, 0)])]
+    """Positions of ``byte`` in ``a`` that fall inside one of the ascending ranges [start, end).
+
+    Only the ranges are read (properties are a small part of a record), not what lies between.
+    """
+    src, values = range_bytes(a, start, end)
+    return src[values == byte[0]]
