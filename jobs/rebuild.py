@@ -569,7 +569,7 @@ def summary_line(result: RebuildResult, startup: float) -> str:
     secs = max(result.seconds, 1e-9)
     return (
         f"rebuild: {len(seg)} segments, {r['commitlog']['messages']:,} messages, {len(r['consume_queues'])} queues, "
-        f"{len(r['index_files'])} index files in {result.seconds:.1f} s ({data / secs / 1e6:,.0f} MB/s, "
+        f"{len(r['index_files'])} index files in {result.seconds:.1f} s ({data / secs / 1e6:,.1f} MB/s, "
         f"{r['commitlog']['messages'] / secs:,.0f} msgs/s; Spark start-up {startup:.1f} s) -> {result.out}"
     )
 
