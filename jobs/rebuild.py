@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import itertools
 import json
 import posixpath
 import sys
@@ -33,6 +32,7 @@ import pyarrow.fs as pafs
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_UNREADABLE, END_ZERO_TAIL
 from storelib.config import BrokerConfig
+from storelib.constants import offset_file_name, offset_layout_problems
 from storelib.findings import Finding
 from storelib.indexfile import (
     build_index_file_head,
@@ -114,31 +114,20 @@ def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Fi
         segments.append(Segment(uri, name, int(name), info.size))
     segments.sort(key=lambda s: s.start)
     seg_size = cfg.mappedFileSizeCommitLog
-    for prev, seg in itertools.pairwise(segments):
-        if seg.start != prev.start + seg_size:
-            missing = (seg.start - prev.start) // seg_size - 1
-            findings.append(
-                Finding(
-                    "segment-gap",
-                    "error",
-                    f"commitlog/{seg.name}",
-                    f"{missing} segment(s) missing before this one: commitlog offsets "
-                    f"{prev.start + seg_size} to {seg.start} are not in the store",
-                    commitlog_offset=prev.start + seg_size,
-                    count=seg.start - prev.start - seg_size,
-                )
-            )
+    for kind, start, expected in offset_layout_problems([s.start for s in segments], seg_size):
+        rel = f"commitlog/{offset_file_name(start)}"
+        if kind == "misaligned":
+            message = f"start offset is not a multiple of mappedFileSizeCommitLog {seg_size}"
+            findings.append(Finding("segment-misaligned", "error", rel, message, commitlog_offset=start))
+            continue
+        message = (
+            f"{(start - expected) // seg_size} segment(s) missing before this one: commitlog offsets "
+            f"{expected} to {start} are not in the store"
+        )
+        findings.append(
+            Finding("segment-gap", "error", rel, message, commitlog_offset=expected, count=start - expected)
+        )
     for seg in segments:
-        if seg.start % seg_size:
-            findings.append(
-                Finding(
-                    "segment-misaligned",
-                    "error",
-                    f"commitlog/{seg.name}",
-                    f"start offset is not a multiple of mappedFileSizeCommitLog {seg_size}",
-                    commitlog_offset=seg.start,
-                )
-            )
         if seg.size != seg_size:
             findings.append(
                 Finding(

@@ -80,6 +80,21 @@ def offset_file_name(offset: int) -> str:
     return f"{offset:0{OFFSET_NAME_DIGITS}d}"
 
 
+def offset_layout_problems(starts: list[int], file_size: int) -> list[tuple[str, int, int]]:
+    """Where ascending offset-named files (commitlog segments, one queue's ConsumeQueue files) break
+    the layout: ("misaligned", start, 0) for a start that is not a multiple of ``file_size``, and
+    ("gap", start, expected) when the files from ``expected`` up to ``start`` are missing."""
+    out: list[tuple[str, int, int]] = []
+    expected = None
+    for start in starts:
+        if start % file_size:
+            out.append(("misaligned", start, 0))
+        if expected is not None and start != expected:
+            out.append(("gap", start, expected))
+        expected = start + file_size
+    return out
+
+
 class StoreFormatError(ValueError):
     """Bad bytes in a store file; always names the file and the byte offset."""
 

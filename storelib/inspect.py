@@ -34,6 +34,7 @@ from storelib.constants import (
     HostileNameError,
     StoreFormatError,
     offset_file_name,
+    offset_layout_problems,
 )
 from storelib.consumequeue import decode_units, valid_prefix, validate_topic
 from storelib.indexfile import IndexHeader, index_file_size
@@ -208,18 +209,21 @@ def _listing(directory: Path, problems: list[str], required: bool = True) -> lis
 def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems: list[str]) -> list[SegmentInfo]:
     out: list[SegmentInfo] = []
     size = cfg.mappedFileSizeCommitLog
-    expected = None
+    entries = []
     for entry in _listing(directory, problems):
         if not _OFFSET_NAME.match(entry.name) or not entry.is_file():
             problems.append(f"commitlog/{printable(entry.name)}: not a commitlog segment (name or type), skipped")
             continue
+        entries.append(entry)
+    for kind, start, expected in offset_layout_problems([int(e.name) for e in entries], size):
+        rel = f"commitlog/{offset_file_name(start)}"
+        if kind == "misaligned":
+            problems.append(f"{rel}: start offset is not a multiple of the segment size {size}")
+        else:
+            problems.append(f"{rel}: segments from {offset_file_name(expected)} up to here are missing")
+    for entry in entries:
         rel = f"commitlog/{entry.name}"
         start = int(entry.name)
-        if start % size:
-            problems.append(f"{rel}: start offset is not a multiple of the segment size {size}")
-        if expected is not None and start != expected:
-            problems.append(f"{rel}: segments from {offset_file_name(expected)} up to here are missing")
-        expected = start + size
         file_size = entry.stat().st_size
         if file_size > size:
             problems.append(f"{rel}: {file_size} bytes, more than the segment size {size}")
@@ -288,14 +292,15 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
     entries = pre_blank = stale = 0
     min_offset = max_offset = None
     ended_in = None  # file where the queue's valid units end
-    expected = None
+    for kind, start, expected in offset_layout_problems([int(e.name) for e in files], file_size):
+        if kind == "misaligned":
+            problems.append(f"{offset_file_name(start)}: start offset is not a multiple of the file size {file_size}")
+        else:
+            problems.append(
+                f"{offset_file_name(start)}: files from {offset_file_name(expected)} up to here are missing"
+            )
     for entry in files:
         start = int(entry.name)
-        if start % file_size:
-            problems.append(f"{entry.name}: start offset is not a multiple of the file size {file_size}")
-        if expected is not None and start != expected:
-            problems.append(f"{entry.name}: files from {offset_file_name(expected)} up to here are missing")
-        expected = start + file_size
         with open(entry.path, "rb") as f:
             data = f.read()
         if len(data) != file_size:
