@@ -14,4 +14,9 @@ def test_layout_problems_name_misaligned_files_and_gaps() -> None:
     assert offset_layout_problems([0, 100, 200], 100) == []
     assert offset_layout_problems([100, 200], 100) == []  # an expired head is not a gap
     assert offset_layout_problems([0, 300, 400], 100) == [("gap", 300, 100)]
-    assert offset_layout_problems([0, 150, 250], 100) == [("misaligned", 150, 0), ("gap", 150, 100)]
+    # 150 is misaligned and leaves 100 missing; 250 follows 150 but is misaligned too
+    assert offset_layout_problems([0, 150, 250], 100) == [
+        ("misaligned", 150, 0),
+        ("gap", 150, 100),
+        ("misaligned", 250, 0),
+    ]
