@@ -76,7 +76,7 @@ def build_index_file(
 ) -> tuple[IndexHeader, bytes]:
     """One whole IndexFile (see ``build_index_file_head``), zero-filled to its full size."""
     header, head = build_index_file_head(key_hash, phy_offset, store_timestamp, inherited, cfg)
-    return header, head + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
+    return header, bytes(head) + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
 
 
 def build_index_file_head(
@@ -85,7 +85,7 @@ def build_index_file_head(
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
     cfg: BrokerConfig,
-) -> tuple[IndexHeader, bytes]:
+) -> tuple[IndexHeader, bytes | bytearray]:
     """The start of one IndexFile (header, slots, used entries) from its entries in put order, vectorized.
 
     ``inherited`` is (endPhyOffset, endTimestamp) of the previous file, (0, 0) for the first.
@@ -101,32 +101,32 @@ def build_index_file_head(
         return header, header.pack()
     key_hash = np.asarray(key_hash, dtype=np.int32)
     store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
-    index = np.arange(1, n + 1, dtype=np.int32)
-    slot = key_hash.astype(np.int64) % slots_n
+    slot = (key_hash % np.int32(slots_n)).astype(np.int64)  # keyHash >= 0
     # prevIndex: the previous entry of this file in the same slot (0 = none). Sorting
     # (slot, position) packed in one integer gives the entries grouped by slot, in put order.
     bits = n.bit_length()
     packed = np.sort((slot << bits) | np.arange(n, dtype=np.int64))
-    order = packed & ((1 << bits) - 1)
+    order = packed & ((1 << bits) - 1)  # 0-based position of each entry, grouped by slot
     s_sorted = packed >> bits
-    same = np.concatenate(([False], s_sorted[1:] == s_sorted[:-1]))
-    prev = np.zeros(n, dtype=np.int32)
-    prev[order[same]] = index[order[np.flatnonzero(same) - 1]]
-    # the slot table holds the newest entry of each slot
-    last = np.concatenate((s_sorted[1:] != s_sorted[:-1], [True]))
-    slot_table = np.zeros(slots_n, dtype=">i4")
-    slot_table[s_sorted[last]] = index[order[last]]
+    same = np.empty(n, dtype=bool)
+    same[0] = False
+    np.equal(s_sorted[1:], s_sorted[:-1], out=same[1:])
+    last = np.append(~same[1:], True)  # the newest entry of each slot: the slot table's value
+    # one buffer for the whole head: header, slot table, entry 0 (never used), entries 1..n
+    head = bytearray(INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE + (n + 1) * INDEX_ENTRY_SIZE)
+    slot_table = np.frombuffer(head, dtype=">i4", count=slots_n, offset=INDEX_HEADER_SIZE)
+    slot_table[s_sorted[last]] = order[last] + 1
+    entries = np.frombuffer(head, dtype=ENTRY_DTYPE, offset=INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE)[1:]
+    entries["prev_index"][order] = np.where(same, np.roll(order, 1) + 1, 0)
     # timeDiff against beginTimestamp as it is before each put: inherited for entry 1
     begin = np.full(n, store_timestamp[0], dtype=np.int64)
     begin[0] = inherited_ts
     diff = (store_timestamp - begin) // 1000  # negatives clamp to 0 below, so floor == Java's truncation
     diff = np.clip(diff, 0, INT32_MAX)
     diff[begin <= 0] = 0
-    entries = np.zeros(n + 1, dtype=ENTRY_DTYPE)  # entry 0 is never used
-    entries["key_hash"][1 : n + 1] = key_hash
-    entries["phy_offset"][1 : n + 1] = phy_offset
-    entries["time_diff"][1 : n + 1] = diff
-    entries["prev_index"][1 : n + 1] = prev
+    entries["key_hash"] = key_hash
+    entries["phy_offset"] = phy_offset
+    entries["time_diff"] = diff
     slot_count = int(last.sum()) if cfg.hashSlotCountRule == "occupied" else n
     header = IndexHeader(
         begin_timestamp=int(store_timestamp[0]),
@@ -136,7 +136,8 @@ def build_index_file_head(
         hash_slot_count=slot_count,
         index_count=n + 1,
     )
-    return header, header.pack() + slot_table.tobytes() + entries.tobytes()
+    head[:INDEX_HEADER_SIZE] = header.pack()
+    return header, head
 
 
 def deterministic_names(first_timestamps: list[int]) -> list[str]:
