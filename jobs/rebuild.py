@@ -42,12 +42,12 @@ from storelib.indexfile import (
     needs_empty_tail_file,
 )
 from udfs.fs import join, list_files, resolve, write_file
-from udfs.parse import segment_parser
+from udfs.parse import index_scratch_path, segment_parser
 from udfs.schema import (
     INDEX_SUMMARY_SCHEMA,
+    INDEX_TASK_SCHEMA,
     KIND_CQ_RUN,
     KIND_DAMAGE,
-    KIND_INDEX_RUN,
     KIND_SEGMENT_END,
     QUEUE_SUMMARY_SCHEMA,
     RECORD_SCHEMA,
@@ -146,11 +146,13 @@ def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Fi
 # --- 2. parse -------------------------------------------------------------------------------
 
 
-def parse_store(spark: Any, segments: list[Segment], cfg: BrokerConfig, mode: str = "messages") -> Any:
-    """RECORD_SCHEMA DataFrame of the segments, one task per segment (modes: see udfs.parse)."""
+def parse_store(
+    spark: Any, segments: list[Segment], cfg: BrokerConfig, mode: str = "messages", scratch: str = ""
+) -> Any:
+    """RECORD_SCHEMA DataFrame of the segments, one task per segment (modes and scratch: see udfs.parse)."""
     rows = [(s.uri, s.name, s.start, s.size) for s in segments]
     seg_df = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), _spark_schema(SEGMENT_SCHEMA))
-    return seg_df.mapInArrow(segment_parser(cfg, mode), _spark_schema(RECORD_SCHEMA))
+    return seg_df.mapInArrow(segment_parser(cfg, mode, scratch), _spark_schema(RECORD_SCHEMA))
 
 
 def _spark_schema(arrow_schema: Any) -> Any:
@@ -256,54 +258,68 @@ def write_consume_queues(runs: Any, staging: str, cfg: BrokerConfig, partitions:
     return sorted((r.asDict() for r in written.collect()), key=lambda q: (q["topic"], q["queue_id"]))
 
 
+def index_file_plans(
+    segments: list[Segment], counts: dict[str, int], per_file: int, scratch: str
+) -> list[dict[str, object]]:
+    """Where each IndexFile's entries are: entry g (0-based, commitlog order) goes to file
+    g // per_file; the segments' entry counts say which scratch file holds it, at which position."""
+    located, total = [], 0
+    for s in segments:
+        if counts[s.name]:
+            located.append((total, index_scratch_path(scratch, s.name)))
+            total += counts[s.name]
+    plans: list[dict[str, object]] = []
+    for k in range(-(-total // per_file)):
+        lo, hi = k * per_file, min((k + 1) * per_file, total)
+        slices = [[uri, max(lo, base) - base, min(hi, base + counts_at) - base]
+                  for (base, uri), counts_at in zip(located, _sizes(located, total))
+                  if base < hi and base + counts_at > lo]  # fmt: skip
+        inherited = None
+        if k:
+            base, uri = next((b, u) for b, u in reversed(located) if b <= lo - 1)
+            inherited = [uri, lo - 1 - base]
+        plans.append({"slices": slices, "inherited": inherited})
+    return plans
+
+
+def _sizes(located: list[tuple[int, str]], total: int) -> list[int]:
+    bases = [b for b, _ in located]
+    return [nxt - b for b, nxt in zip(bases, [*bases[1:], total])]
+
+
 def write_index_files(
-    spark: Any, runs: Any, staging: str, cfg: BrokerConfig, segments: list[Segment], ends: dict[str, dict[str, Any]]
+    spark: Any, staging: str, scratch: str, cfg: BrokerConfig, segments: list[Segment], ends: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Number entries globally from per-segment counts and build every IndexFile in its own task.
+    """Build every IndexFile in its own task, reading its entries from the segments' scratch files.
 
-    Entry g (0-based, commitlog order) goes to file g // (maxIndexNum - 1). A run of entries
-    goes to every file it covers and, when it holds a file's last entry, to the next file too,
-    which takes that entry's endPhyOffset/endTimestamp as its inherited begin values. Files are
-    written under temporary names and renamed once every file's first store timestamp is known.
+    Files are written under temporary names and renamed once every file's first store
+    timestamp is known (see deterministic_names); a full last file followed by more messages
+    gets the broker's empty successor file.
     """
-    from pyspark.sql import functions as F
-
     if not cfg.messageIndexEnable:
         return []
-    per_file = entries_per_file(cfg.maxIndexNum)
-    base, total = {}, 0
-    for s in segments:
-        base[s.name] = total
-        total += ends[s.name]["index_seq"]
     last_message = max((e["last_message_offset"] for e in ends.values()), default=-1)
     if last_message < 0:
         return []
-    files = -(-total // per_file)
+    counts = {s.name: ends[s.name]["index_seq"] for s in segments}
+    total = sum(counts.values())
+    plans = index_file_plans(segments, counts, entries_per_file(cfg.maxIndexNum), scratch)
     summaries = []
-    if files:
-        bases = spark.createDataFrame(list(base.items()), "segment string, base long")
-        first_file, last_file = F.floor(F.col("g") / per_file), F.floor((F.col("g") + F.col("count")) / per_file)
-        built = (
-            runs.where(f"kind = {KIND_INDEX_RUN} AND count > 0")
-            .join(F.broadcast(bases), "segment")
-            .select((F.col("base") + F.col("index_seq")).alias("g"), "count", "data")
-            .withColumn("file_no", F.explode(F.sequence(first_file, F.least(last_file, F.lit(files - 1)))))
-            .repartition(files, "file_no")
-            .sortWithinPartitions("file_no", "g")
-            .mapInArrow(index_file_writer(staging, cfg), _spark_schema(INDEX_SUMMARY_SCHEMA))
-        )
+    if plans:
+        tasks = [(k, json.dumps(p)) for k, p in enumerate(plans)]
+        built = spark.createDataFrame(
+            spark.sparkContext.parallelize(tasks, len(tasks)), _spark_schema(INDEX_TASK_SCHEMA)
+        ).mapInArrow(index_file_writer(staging, cfg), _spark_schema(INDEX_SUMMARY_SCHEMA))
         summaries = sorted((r.asDict() for r in built.collect()), key=lambda s: s["file_no"])
     last = summaries[-1] if summaries else {"end_phy_offset": -1, "end_timestamp": 0}
     fs, root = resolve(staging)
     if needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last["end_phy_offset"]):
-        header, head = build_index_file_head(
-            [], [], [], (last["end_phy_offset"] if summaries else 0, last["end_timestamp"]), cfg
-        )
-        write_file(
-            fs, join(root, "index", index_part_name(files)), head, index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
-        )
+        inherited = (last["end_phy_offset"], last["end_timestamp"]) if summaries else (0, 0)
+        header, head = build_index_file_head([], [], [], inherited, cfg)
+        size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+        write_file(fs, join(root, "index", index_part_name(len(plans))), head, size)
         summaries.append(
-            {"file_no": files, "first_store_timestamp": header.end_timestamp, **dataclasses.asdict(header)}
+            {"file_no": len(plans), "first_store_timestamp": header.end_timestamp, **dataclasses.asdict(header)}
         )
     names = deterministic_names([s["first_store_timestamp"] for s in summaries])
     for s, name in zip(summaries, names):
@@ -392,7 +408,36 @@ def rebuild(
     segments, findings = list_segments(store, cfg)
     if not segments:
         raise FileNotFoundError(f"{store}: the commitlog directory holds no segments")
-    runs = parse_store(spark, segments, cfg, mode="dispatch").persist()
+    fs, out_path = resolve(out)
+    staging = f"{out_path}.rmqstore-staging-{uuid.uuid4().hex[:8]}"
+    staging_uri = staging if "://" not in out else out.rstrip("/") + staging[len(out_path) :]
+    scratch = staging_uri.rstrip("/") + "/.scratch"  # the segments' IndexFile entries; removed before publishing
+    runs = parse_store(spark, segments, cfg, mode="dispatch", scratch=scratch).persist()
+    try:
+        report, ends = _rebuild(spark, out, cfg, on_error, progress, segments, findings, runs, staging_uri, scratch)
+    except BaseException:
+        if fs.get_file_info(staging).type == pafs.FileType.Directory:
+            fs.delete_dir(staging)
+        raise
+    finally:
+        runs.unpersist()
+    peak = max((e["worker_peak_rss"] or 0 for e in ends.values()), default=0)
+    return RebuildResult(report, time.monotonic() - t0, out, peak, spark, segments, cfg)
+
+
+def _rebuild(
+    spark: Any,
+    out: str,
+    cfg: BrokerConfig,
+    on_error: str,
+    progress: bool,
+    segments: list[Segment],
+    findings: list[Finding],
+    runs: Any,
+    staging_uri: str,
+    scratch: str,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The rebuild after parsing: judge the damage, write ConsumeQueues and IndexFiles, publish."""
     with Progress(spark, len(segments), sum(s.size for s in segments)) if progress else contextlib.nullcontext():
         other = [r.asDict() for r in runs.where(f"kind IN ({KIND_SEGMENT_END}, {KIND_DAMAGE})").collect()]
     ends = {r["segment"]: r for r in other if r["kind"] == KIND_SEGMENT_END}
@@ -401,7 +446,6 @@ def rebuild(
     errors = [f for f in findings if f.severity == "error"]
     skipped: list[str] = []
     if errors and on_error == "stop":
-        runs.unpersist()
         raise RebuildError(
             f"{len(errors)} error(s) in the commitlog; nothing was written "
             "(--on-error skip-segment leaves the damaged segments out)",
@@ -424,37 +468,26 @@ def rebuild(
     usable_runs = runs.where(~runs.segment.isin(skipped)) if skipped else runs
     for name in skipped:
         ends[name] = {**ends[name], "index_seq": 0, "messages": 0, "last_message_offset": -1}
-
-    fs, out_path = resolve(out)
-    staging = f"{out_path}.rmqstore-staging-{uuid.uuid4().hex[:8]}"
-    staging_uri = staging if "://" not in out else out.rstrip("/") + staging[len(out_path) :]
-    try:
-        partitions = max(2, spark.sparkContext.defaultParallelism)
-        # ConsumeQueues and IndexFiles are independent: two concurrent Spark jobs share the cores
-        with arrow_batch_rows(spark, RUN_ROWS_PER_BATCH), ThreadPoolExecutor(2) as pool:
-            queues_job = pool.submit(write_consume_queues, usable_runs, staging_uri, cfg, partitions)
-            index_job = pool.submit(write_index_files, spark, usable_runs, staging_uri, cfg, usable, ends)
-            queues, index_files = queues_job.result(), index_job.result()
-        for q in queues:
-            findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
-        checkpoint = Checkpoint(
-            physic_msg_timestamp=max((e["last_store_timestamp"] for e in ends.values()), default=0),
-            logics_msg_timestamp=max((e["last_cq_store_timestamp"] for e in ends.values()), default=0),
-            index_msg_timestamp=index_files[-1]["end_timestamp"] if index_files else 0,
-        )
-        report = build_report(cfg, segments, ends, findings, queues, index_files, checkpoint)
-        sfs, spath = resolve(staging_uri)
-        write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
-        write_file(sfs, join(spath, REPORT_NAME), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
-        publish(staging_uri, out)
-    except BaseException:
-        if fs.get_file_info(staging).type == pafs.FileType.Directory:
-            fs.delete_dir(staging)
-        raise
-    finally:
-        runs.unpersist()
-    peak = max((e["worker_peak_rss"] or 0 for e in ends.values()), default=0)
-    return RebuildResult(report, time.monotonic() - t0, out, peak, spark, segments, cfg)
+    partitions = max(2, spark.sparkContext.defaultParallelism)
+    # ConsumeQueues and IndexFiles are independent: two concurrent Spark jobs share the cores
+    with arrow_batch_rows(spark, RUN_ROWS_PER_BATCH), ThreadPoolExecutor(2) as pool:
+        queues_job = pool.submit(write_consume_queues, usable_runs, staging_uri, cfg, partitions)
+        index_job = pool.submit(write_index_files, spark, staging_uri, scratch, cfg, usable, ends)
+        queues, index_files = queues_job.result(), index_job.result()
+    for q in queues:
+        findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
+    checkpoint = Checkpoint(
+        physic_msg_timestamp=max((e["last_store_timestamp"] for e in ends.values()), default=0),
+        logics_msg_timestamp=max((e["last_cq_store_timestamp"] for e in ends.values()), default=0),
+        index_msg_timestamp=index_files[-1]["end_timestamp"] if index_files else 0,
+    )
+    report = build_report(cfg, segments, ends, findings, queues, index_files, checkpoint)
+    sfs, spath = resolve(staging_uri)
+    sfs.delete_dir(resolve(scratch)[1])
+    write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
+    write_file(sfs, join(spath, REPORT_NAME), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+    publish(staging_uri, out)
+    return report, ends
 
 
 def build_report(

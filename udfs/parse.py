@@ -5,8 +5,9 @@ S3), so memory per task does not grow with the segment size. Two output modes ov
 same scanner and dispatch rules:
 
 - ``dispatch`` (the rebuild): per scanner batch, the ConsumeQueue units of each queue as
-  packed runs (kind 3) and the IndexFile entries in put order (kind 4): a few rows per
-  batch instead of one per message, so Spark moves bytes, not rows;
+  packed runs (kind 3): a few rows per batch instead of one per message, so Spark moves
+  bytes, not rows. The IndexFile entries, in put order, are streamed to a scratch file per
+  segment, which the IndexFile tasks read by range: they never go through a shuffle;
 - ``messages`` (catalog, audit): one row per message record (kind 0).
 """
 
@@ -28,7 +29,6 @@ from udfs.schema import (
     INDEX_ENTRY_DTYPE,
     KIND_CQ_RUN,
     KIND_DAMAGE,
-    KIND_INDEX_RUN,
     KIND_MESSAGE,
     KIND_SEGMENT_END,
     RECORD_SCHEMA,
@@ -94,8 +94,8 @@ def message_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) -
     return _batch(cols, n)
 
 
-def dispatch_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) -> pa.RecordBatch:
-    """Kind-3 rows (one per run of consecutive queue offsets of one queue) and one kind-4 row."""
+def dispatch_rows(segment: str, b: RecordBatch, d: Dispatch) -> pa.RecordBatch:
+    """Kind-3 rows: one per run of consecutive queue offsets of one queue, units as on disk."""
     cq = np.flatnonzero(d.to_consume_queue)
     code, qid, qo = b.topic_code[cq], b.queue_id[cq], b.queue_offset[cq]
     order = np.lexsort((qo, qid, code))  # stable within a queue: commitlog order
@@ -105,28 +105,32 @@ def dispatch_rows(segment: str, b: RecordBatch, d: Dispatch, index_before: int) 
     starts = np.flatnonzero(new_run)
     ends = np.append(starts[1:], len(cq))
     units = encode_units(b.physical_offset[cq], b.total_size[cq], d.tags_code[cq])
-    runs = len(starts)
+    n = len(starts)
+    cols = {
+        "segment": pa.array([segment] * n, pa.string()),
+        "kind": pa.array(np.full(n, KIND_CQ_RUN, np.int8)),
+        "commitlog_offset": pa.array(b.physical_offset[cq[starts]]),
+        "topic": pa.array([b.topic_names[c] for c in code[starts].tolist()], pa.string()),
+        "queue_id": pa.array(qid[starts]),
+        "queue_offset": pa.array(qo[starts]),
+        "count": pa.array((ends - starts).astype(np.int64)),
+        "data": pa.array([units[s * 20 : e * 20] for s, e in zip(starts.tolist(), ends.tolist())], pa.binary()),
+    }
+    return _batch(cols, n)
+
+
+def index_entries(b: RecordBatch, d: Dispatch) -> bytes:
+    """The batch's IndexFile entries in put order, packed as INDEX_ENTRY_DTYPE."""
     entries = np.empty(len(d.index_record), dtype=INDEX_ENTRY_DTYPE)
     entries["key_hash"] = d.index_key_hash
     entries["commitlog_offset"] = b.physical_offset[d.index_record]
     entries["store_timestamp"] = b.store_timestamp[d.index_record]
-    n = runs + 1
-    kind = np.full(n, KIND_CQ_RUN, np.int8)
-    kind[-1] = KIND_INDEX_RUN
-    data = [units[s * 20 : e * 20] for s, e in zip(starts.tolist(), ends.tolist())] + [entries.tobytes()]
-    first_record = np.append(cq[starts], d.index_record[0] if len(entries) else 0)
-    cols = {
-        "segment": pa.array([segment] * n, pa.string()),
-        "kind": pa.array(kind),
-        "commitlog_offset": pa.array(b.physical_offset[first_record]),
-        "topic": pa.array([*(b.topic_names[c] for c in code[starts].tolist()), None], pa.string()),
-        "queue_id": pa.array(np.append(qid[starts], 0)),
-        "queue_offset": pa.array(np.append(qo[starts], 0)),
-        "index_seq": pa.array(np.full(n, index_before, np.int64)),
-        "count": pa.array(np.append(ends - starts, len(entries)).astype(np.int64)),
-        "data": pa.array(data, pa.binary()),
-    }
-    return _batch(cols, n)
+    return entries.tobytes()
+
+
+def index_scratch_path(scratch_uri: str, segment: str) -> str:
+    """Where a dispatch-mode parse leaves a segment's IndexFile entries for the IndexFile tasks."""
+    return f"{scratch_uri.rstrip('/')}/index-entries-{segment}"
 
 
 def reset_peak_rss() -> None:
@@ -151,13 +155,21 @@ def peak_rss() -> int:
 
 
 def parse_segment(
-    uri: str, segment: str, start: int, size: int, cfg: BrokerConfig, mode: str = "dispatch"
+    uri: str, segment: str, start: int, size: int, cfg: BrokerConfig, mode: str = "messages", scratch: str = ""
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one segment (see the module docstring), then its damage rows and its end row."""
-    rows = dispatch_rows if mode == "dispatch" else message_rows
+    """The rows of one segment (see the module docstring), then its damage rows and its end row.
+
+    In dispatch mode the IndexFile entries go, in put order, to ``index_scratch_path(scratch,
+    segment)`` (written under a temporary name, renamed when complete), not into rows.
+    """
     reset_peak_rss()
     fs, path = resolve(uri)
-    index_entries = 0
+    index_out = None
+    if mode == "dispatch":
+        sfs, spath = resolve(index_scratch_path(scratch, segment))
+        sfs.create_dir(spath.rsplit("/", 1)[0], recursive=True)
+        index_out = sfs.open_output_stream(spath + ".tmp")
+    index_entries_written = 0
     last_message_offset = -1
     last_cq_ts = 0
     scanner = None
@@ -166,8 +178,12 @@ def parse_segment(
             scanner = SegmentScanner(stream, segment, start, size, check_crc=cfg.checkCRCOnRecover)
             for b in scanner:
                 d = dispatch_batch(b, cfg)
-                yield rows(segment, b, d, index_entries)
-                index_entries += len(d.index_key_hash)
+                if index_out is None:
+                    yield message_rows(segment, b, d, index_entries_written)
+                else:
+                    yield dispatch_rows(segment, b, d)
+                    index_out.write(index_entries(b, d))
+                index_entries_written += len(d.index_key_hash)
                 last_message_offset = int(b.physical_offset[-1])
                 cq = np.flatnonzero(d.to_consume_queue)
                 if len(cq):
@@ -183,6 +199,9 @@ def parse_segment(
         end = scanner.end
     except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
         end = SegmentEnd(segment, END_UNREADABLE, max(start, last_message_offset), f"cannot read {uri}: {exc}")
+    if index_out is not None:
+        index_out.close()
+        sfs.move(spath + ".tmp", spath)
     for dmg in scanner.damage if scanner else []:
         yield _row(segment=segment, kind=KIND_DAMAGE, commitlog_offset=dmg.offset, reason=dmg.kind, detail=dmg.detail)
     assert end is not None
@@ -192,7 +211,7 @@ def parse_segment(
         commitlog_offset=end.offset,
         reason=end.reason,
         detail=end.detail,
-        index_seq=index_entries,
+        index_seq=index_entries_written,
         messages=scanner.messages if scanner else 0,
         last_store_timestamp=scanner.last_store_timestamp if scanner else 0,
         last_cq_store_timestamp=last_cq_ts,
@@ -201,14 +220,18 @@ def parse_segment(
     )
 
 
-def segment_parser(cfg: BrokerConfig, mode: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def segment_parser(
+    cfg: BrokerConfig, mode: str, scratch: str = ""
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: SEGMENT_SCHEMA rows in, RECORD_SCHEMA rows out."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
+    if mode == "dispatch" and not scratch:
+        raise ValueError("dispatch mode needs a scratch directory for the IndexFile entries")
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for row in batch.to_pylist():
-                yield from parse_segment(row["uri"], row["segment"], row["start"], row["size"], cfg, mode)
+                yield from parse_segment(row["uri"], row["segment"], row["start"], row["size"], cfg, mode, scratch)
 
     return parse

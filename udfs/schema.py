@@ -6,15 +6,14 @@ import pyarrow as pa
 
 #: rows produced by parsing commitlog segments (udfs.parse): in "messages" mode one per
 #: message record (kind 0); in "dispatch" mode (the rebuild) packed runs instead: ConsumeQueue
-#: units of one queue with consecutive queue offsets (kind 3) and IndexFile entries in put
-#: order (kind 4). Both modes add one row per damaged record (kind 2) and per segment end (kind 1).
+#: units of one queue with consecutive queue offsets (kind 3). Both modes add one row per
+#: damaged record (kind 2) and per segment end (kind 1).
 KIND_MESSAGE = 0
 KIND_SEGMENT_END = 1
 KIND_DAMAGE = 2
 KIND_CQ_RUN = 3
-KIND_INDEX_RUN = 4
 
-#: kind 4 ``data``: one packed entry per index key (native byte order, never written to disk as is)
+#: a dispatch-mode scratch file of IndexFile entries: one per index key, in put order (internal)
 INDEX_ENTRY_DTYPE = [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")]
 
 RECORD_SCHEMA = pa.schema(
@@ -37,7 +36,7 @@ RECORD_SCHEMA = pa.schema(
         ("crc_ok", pa.bool_()),
         ("multi_dispatch", pa.bool_()),
         ("key_hashes", pa.list_(pa.int32())),  # IndexFile keyHash of each key, in put order
-        ("index_seq", pa.int64()),  # index entries before this record/run in its segment; kind 1: total
+        ("index_seq", pa.int64()),  # index entries before this record in its segment; kind 1: total
         ("reason", pa.string()),  # kind 1: why records stop; kind 2: damage kind
         ("detail", pa.string()),
         ("messages", pa.int64()),  # kind 1: message records in the segment
@@ -45,8 +44,8 @@ RECORD_SCHEMA = pa.schema(
         ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
         ("last_message_offset", pa.int64()),  # kind 1: commitlog offset of its last message record
         ("worker_peak_rss", pa.int64()),  # kind 1: peak RSS of the Python worker after this segment (bytes)
-        ("count", pa.int64()),  # kinds 3, 4: units / entries in data
-        ("data", pa.binary()),  # kind 3: ConsumeQueue units as on disk; kind 4: INDEX_ENTRY_DTYPE entries
+        ("count", pa.int64()),  # kind 3: units in data
+        ("data", pa.binary()),  # kind 3: ConsumeQueue units as on disk
     ]
 )
 
@@ -81,3 +80,6 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
         ("index_count", pa.int32()),
     ]
 )
+
+#: one row per IndexFile to build: where its entries are in the segments' scratch files
+INDEX_TASK_SCHEMA = pa.schema([("file_no", pa.int64()), ("plan", pa.string())])

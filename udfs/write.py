@@ -13,7 +13,7 @@ from storelib.config import BrokerConfig
 from storelib.constants import HostileNameError
 from storelib.consumequeue import QueueFiles, queue_dir
 from storelib.findings import Finding
-from storelib.indexfile import IndexHeader, build_index_file_head, entries_per_file, index_file_size
+from storelib.indexfile import IndexHeader, build_index_file_head, index_file_size
 from udfs.fs import join, resolve, write_file
 from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
@@ -106,11 +106,8 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
     return write
 
 
-def _entries(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
-
-
 INDEX_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(IndexHeader))
+_ENTRY_SIZE = np.dtype(INDEX_ENTRY_DTYPE).itemsize
 
 
 def index_part_name(file_no: int) -> str:
@@ -118,43 +115,40 @@ def index_part_name(file_no: int) -> str:
     return f".part-{file_no:08d}"
 
 
-def index_file_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
-    """``mapInArrow`` over index runs sorted by (file_no, g): build and write each IndexFile.
+def read_entries(uri: str, first: int, stop: int) -> np.ndarray:
+    """Entries [first, stop) of a segment's scratch file of IndexFile entries."""
+    fs, path = resolve(uri)
+    with fs.open_input_file(path) as f:
+        data = f.read_at((stop - first) * _ENTRY_SIZE, first * _ENTRY_SIZE)
+    return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
 
-    Input columns: file_no, g (of a run's first entry), count, data. A run may also hold the
-    previous file's last entry, the file's inherited endPhyOffset/endTimestamp ((0, 0) for
-    the first file). Output: one INDEX_SUMMARY_SCHEMA row per file.
+
+def index_file_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
+    """``mapInArrow`` over INDEX_TASK_SCHEMA rows: read each file's entries, build it, write it.
+
+    A row's ``plan`` (JSON) lists ``slices`` [scratch uri, first, stop] in put order and
+    ``inherited``: [scratch uri, position] of the previous file's last entry, whose
+    endPhyOffset/endTimestamp the file starts from (null: (0, 0), the first file).
+    Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
-    per_file = entries_per_file(cfg.maxIndexNum)
     size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
-    def build(file_no: int, parts: list[np.ndarray], inherited: tuple[int, int]) -> pa.RecordBatch:
-        e = np.concatenate(parts)
+    def build(file_no: int, plan: dict[str, object]) -> dict[str, object]:
+        e = np.concatenate([read_entries(*s) for s in plan["slices"]])
+        inherited = (0, 0)
+        if plan["inherited"]:
+            uri, at = plan["inherited"]
+            last = read_entries(uri, at, at + 1)[0]
+            inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
         header, head = build_index_file_head(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
         write_file(fs, join(root, "index", index_part_name(file_no)), head, size)
-        row = {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
-        return pa.RecordBatch.from_pylist([row], schema=INDEX_SUMMARY_SCHEMA)
+        return {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        current: int | None = None
-        parts: list[np.ndarray] = []
-        inherited = (0, 0)
         for b in batches:
-            for run in b.to_pylist():
-                file_no, g0 = run["file_no"], run["g"]
-                if current is not None and file_no != current:
-                    yield build(current, parts, inherited)
-                    parts, inherited = [], (0, 0)
-                current = file_no
-                entries = _entries(run["data"])
-                lo, hi = file_no * per_file, (file_no + 1) * per_file
-                if g0 <= lo - 1 < g0 + run["count"]:
-                    last = entries[lo - 1 - g0]
-                    inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
-                if g0 + run["count"] > lo:
-                    parts.append(entries[max(g0, lo) - g0 : min(g0 + run["count"], hi) - g0])
-        if current is not None:
-            yield build(current, parts, inherited)
+            rows = [build(r["file_no"], json.loads(r["plan"])) for r in b.to_pylist()]
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SUMMARY_SCHEMA)
 
     return write
