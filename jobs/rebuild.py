@@ -263,28 +263,25 @@ def index_file_plans(
 ) -> list[dict[str, object]]:
     """Where each IndexFile's entries are: entry g (0-based, commitlog order) goes to file
     g // per_file; the segments' entry counts say which scratch file holds it, at which position."""
-    located, total = [], 0
+    located, total = [], 0  # (first entry, entries, scratch file) of each segment with entries
     for s in segments:
         if counts[s.name]:
-            located.append((total, index_scratch_path(scratch, s.name)))
+            located.append((total, counts[s.name], index_scratch_path(scratch, s.name)))
             total += counts[s.name]
     plans: list[dict[str, object]] = []
     for k in range(-(-total // per_file)):
         lo, hi = k * per_file, min((k + 1) * per_file, total)
-        slices = [[uri, max(lo, base) - base, min(hi, base + counts_at) - base]
-                  for (base, uri), counts_at in zip(located, _sizes(located, total))
-                  if base < hi and base + counts_at > lo]  # fmt: skip
+        slices = [
+            [uri, max(lo, base) - base, min(hi, base + n) - base]
+            for base, n, uri in located
+            if base < hi and base + n > lo
+        ]
         inherited = None
         if k:
-            base, uri = next((b, u) for b, u in reversed(located) if b <= lo - 1)
+            base, _, uri = next(seg for seg in reversed(located) if seg[0] <= lo - 1)
             inherited = [uri, lo - 1 - base]
         plans.append({"slices": slices, "inherited": inherited})
     return plans
-
-
-def _sizes(located: list[tuple[int, str]], total: int) -> list[int]:
-    bases = [b for b, _ in located]
-    return [nxt - b for b, nxt in zip(bases, [*bases[1:], total])]
 
 
 def write_index_files(
