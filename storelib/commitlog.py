@@ -338,8 +338,9 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.physical_offset)
 
-    @property
+    @functools.cached_property
     def topic(self) -> list[str]:
+        """Each record's topic (built once per batch: callers index it per record)."""
         return np.array(self.topic_names, dtype=object)[self.topic_code].tolist()
 
     @functools.cached_property
