@@ -6,7 +6,7 @@ import html
 import json
 from typing import Any
 
-from storelib.audit import KINDS
+from storelib.findings import KINDS
 from udfs.fs import join, resolve, write_file
 
 COLORS = {"error": "#c62828", "warning": "#ef8f00", "info": "#1e88e5", "ok": "#2e7d32"}

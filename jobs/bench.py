@@ -74,7 +74,8 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     args = p.parse_args()
 
-    from jobs.rebuild import rebuild
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild import rebuild
     from jobs.session import spark_session
 
     root = Path(args.dir).expanduser()
@@ -87,7 +88,7 @@ def main() -> int:
     if not (warm / "commitlog").is_dir():
         generate_store(warm, dataclasses.replace(PRESETS["demo"].spec, messages=2000), BrokerConfig())
     t0 = time.monotonic()
-    rebuild(spark, str(warm), str(root / "out-warmup"), BrokerConfig())
+    rebuild(Run(spark, BrokerConfig()), str(warm), str(root / "out-warmup"))
     shutil.rmtree(root / "out-warmup", ignore_errors=True)
     print(
         f"Spark session start-up: {startup:.1f} s, warm-up rebuild (Python workers start): "
@@ -98,7 +99,7 @@ def main() -> int:
         read_s, data = raw_read(path)
         out = root / f"out-{store.name}"
         shutil.rmtree(out, ignore_errors=True)
-        result = rebuild(spark, str(path), str(out), cfg)
+        result = rebuild(Run(spark, cfg), str(path), str(out))
         messages = result.report["commitlog"]["messages"]
         row = {
             "store": path.name,

@@ -14,11 +14,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.delta import write_delta
-from udfs.schema import KIND_MESSAGE
 
 PARTITION_BY = ["store_id", "store_date"]
 SORT_BY = ["topic", "queue_id", "queue_offset"]
-#: the record fields kept, in the broker's terms (see udfs.schema.RECORD_SCHEMA)
+#: the record fields kept, in the broker's terms (see udfs.schema.MESSAGE_SCHEMA)
 INDEX_FIELDS = [
     "topic",
     "queue_id",
@@ -47,11 +46,10 @@ def default_store_id(store: str) -> str:
 
 
 def catalog_rows(records: DataFrame) -> DataFrame:
-    """The catalog rows of a records DataFrame but ``store_id``: message records (kind 0) only, with the
+    """The catalog rows of a records DataFrame but ``store_id``: the message records, with the
     derived ``key_list`` (``keys`` split on single spaces, empties dropped, as the broker splits them for
     the IndexFile) and ``store_date`` (UTC)."""
-    messages = records.where(F.col("kind") == KIND_MESSAGE)
-    return messages.select(
+    return records.select(
         *INDEX_FIELDS,
         F.filter(F.split(F.coalesce("keys", F.lit("")), " "), lambda k: k != "").alias("key_list"),
         F.date_from_unix_date(F.floor(F.col("store_timestamp") / _MS_PER_DAY).cast("int")).alias("store_date"),
@@ -61,7 +59,7 @@ def catalog_rows(records: DataFrame) -> DataFrame:
 def write_catalog(spark: SparkSession, records_df: DataFrame, table: str, store_id: str) -> dict:
     """Replace ``store_id``'s rows of the catalog at ``table`` (created if missing) with ``records_df``'s messages.
 
-    ``records_df`` has udfs.schema.RECORD_SCHEMA's columns. ``store_id`` names the store in the catalog
+    ``records_df`` has udfs.schema.MESSAGE_SCHEMA's columns. ``store_id`` names the store in the catalog
     (letters, digits, ``._-``; e.g. the broker name). Returns write_delta's dict (version, files, rows, engine).
     """
     if not _STORE_ID.fullmatch(store_id):

@@ -1,8 +1,8 @@
 """``rmqstore <verb>``: one command line for every job.
 
-Each verb is a module in ``jobs/`` with ``add_arguments(parser)`` and ``run(args) -> int``,
-and is also a spark-submit entry point (``spark-submit jobs/<verb>.py ...``).
-Exit codes: 0 success/clean, 1 findings or refused, 2 could not run (bad input, bad config).
+Each verb is a module in ``jobs/`` with ``add_arguments(parser)`` and ``run(args) -> int``, and is also a
+spark-submit entry point (``spark-submit jobs/<verb>.py ...``). Errors end a verb with the exit code
+storelib.errors gives them (0 success/clean, 1 findings or refused, 2 could not run), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from storelib.config import BrokerConfig, load_broker_config
-from storelib.constants import ConfigError, StoreFormatError
+from storelib.errors import RmqStoreError, exit_code
+from storelib.findings import Finding
+
+if TYPE_CHECKING:
+    from jobs.pipeline.context import Run
 
 VERBS = {
     "generate": "write a realistic demo/test store the way a broker would",
@@ -36,10 +41,29 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit sets)")
     p.add_argument("--profile", default="local", help="settings from conf/<profile>.conf (local, cluster)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument(
+        "--work-dir",
+        metavar="URI",
+        help="where executors leave intermediate files (default: next to the output); removed afterwards",
+    )
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return load_broker_config(getattr(args, "broker_config", None))
+
+
+def spark_run(app: str, args: argparse.Namespace, cfg: BrokerConfig) -> Run:
+    """Start (or reuse) the Spark session and wrap it with the run's settings."""
+    from jobs.pipeline.context import Run
+    from jobs.session import spark_session
+
+    spark, startup = spark_session(app, args.master, args.profile, args.conf)
+    return Run(spark, cfg, progress=True, work_root=args.work_dir, startup=startup)
+
+
+def print_findings(findings: list[Finding]) -> None:
+    for f in findings:
+        print(f"  {f.severity.upper():7} {f.kind}: {f.file}: {f.message}", file=sys.stderr)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,12 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     _depth += 1
     try:
         return module.run(args)
-    except (ConfigError, StoreFormatError, FileNotFoundError, PermissionError) as exc:
+    except (RmqStoreError, FileNotFoundError, PermissionError) as exc:
         print(f"rmqstore {args.verb}: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     except KeyboardInterrupt:
         print(f"rmqstore {args.verb}: interrupted", file=sys.stderr)
-        return 2
+        return exit_code(KeyboardInterrupt())
     finally:
         _depth -= 1
         if _depth == 0:

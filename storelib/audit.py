@@ -12,13 +12,12 @@ CRC check stops it) against the last valid record found by the rebuild.
 IndexFile: header consistency, the broker's key lookup (``IndexService.queryOffset``), and
 the live files compared with the rebuilt ones by order (names are creation times).
 
-Every result is a ``storelib.findings.Finding``; ``KINDS`` documents each kind.
+Every result is a ``storelib.findings.Finding`` of a kind registered in ``storelib.findings.KINDS``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -32,124 +31,22 @@ from storelib.constants import (
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     SCHEDULE_TOPIC,
-    offset_file_name,
 )
 from storelib.consumequeue import UNIT_DTYPE, decode_units
-from storelib.findings import SEVERITIES, Finding
+from storelib.findings import KINDS, Finding, finding, is_divergence, worst
 from storelib.indexfile import IndexFileReader, IndexHeader, query_offsets
+from storelib.layout import (
+    commitlog_file,
+    index_file,
+    index_name_after,
+    index_name_ms,
+    offset_file_name,
+    queue_dir,
+)
+from storelib.segments import Segment, SegmentSummary
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    severity: str
-    meaning: str
-    repairable: bool = False  # ``rmqstore recover`` replaces the files concerned
-
-
-#: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend
-KINDS: dict[str, Kind] = {
-    # ConsumeQueue
-    "cq-missing-tail": Kind(
-        "error", "the queue stops before the commitlog's last message of it (crash before dispatch)", True
-    ),
-    "cq-dirty-tail": Kind(
-        "warning", "entries past the queue's end point at or past the commitlog's last valid record", True
-    ),
-    "cq-wrong-entries": Kind(
-        "error", "entries whose commitlog offset, size or tagsCode differ (first queue offset, count)", True
-    ),
-    "cq-schedule-tagscode-quirk": Kind(
-        "warning",
-        "SCHEDULE_TOPIC_XXXX entries hold the TAGS hash, not the deliver time: the known 4.9.8 crash-recovery quirk",
-        True,
-    ),
-    "cq-zeroed-entries": Kind(
-        "error", "invalid (zeroed) units inside the queue: the broker ends the queue there", True
-    ),
-    "cq-torn-file": Kind(
-        "error", "a ConsumeQueue file of the wrong size or with a partial unit: the broker will not load", True
-    ),
-    "cq-missing-file": Kind("error", "a ConsumeQueue file in the middle of the queue does not exist", True),
-    "cq-extra-file": Kind(
-        "warning",
-        "a ConsumeQueue file after the queue's last file; an empty last file breaks correctMinOffset at start",
-        True,
-    ),
-    "cq-expired-head": Kind("info", "entries below the commitlog's min offset: expected after retention"),
-    "cq-wrong-pre-blank": Kind("error", "the pre-blank units before a queue's first entry are wrong", True),
-    "cq-no-messages": Kind("warning", "a live queue directory whose queue has no message in the commitlog", True),
-    "cq-missing-queue": Kind("error", "a queue with messages in the commitlog has no ConsumeQueue files", True),
-    "cq-stale-bytes": Kind("info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"),
-    "hostile-name": Kind(
-        "warning", "a directory or file name that is not a legal topic / queueId / file name; not read"
-    ),
-    "unreadable-file": Kind(
-        "error", "a store file could not be read (permissions, vanished); that part is not audited"
-    ),
-    # CommitLog (audit)
-    "commitlog-preallocated": Kind("info", "a zero-filled segment after the last record (left by a crash)"),
-    "abort-marker": Kind("warning", "abort exists: the broker crashed (or runs) and will run crash recovery at start"),
-    "recovery-would-truncate": Kind(
-        "error", "the broker's recovery would stop at a damaged record and truncate every sound record after it", True
-    ),
-    "checkpoint-ahead": Kind("error", "the checkpoint vouches for data the store does not hold"),
-    "checkpoint-unreadable": Kind("warning", "the checkpoint file is missing or not 4096 bytes", True),
-    # CommitLog (found by the rebuild's scan, included as is)
-    "crc-mismatch": Kind("warning", "a record whose BODYCRC does not match its body (kept: it frames correctly)"),
-    "length-mismatch": Kind("error", "a record whose fields do not add up to its TOTALSIZE (skipped by its length)"),
-    "bad-delay-level": Kind("error", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an integer"),
-    "commitlog-torn-tail": Kind(
-        "warning", "the log ends with a damaged record the broker would truncate (recover --truncate-torn-tail)", True
-    ),
-    "segment-gap": Kind("error", "commitlog segments missing between two segments"),
-    "segment-size": Kind("error", "a commitlog segment of the wrong size"),
-    "segment-misaligned": Kind("error", "a segment name that is not a multiple of mappedFileSizeCommitLog"),
-    "segment-torn": Kind("error", "records stop in the middle of the log: a record runs past its segment"),
-    "segment-bad-magic": Kind("error", "records stop in the middle of the log at an unknown magic code"),
-    "segment-bad-size": Kind("error", "records stop in the middle of the log at an impossible TOTALSIZE"),
-    "segment-bad-blank": Kind("error", "records stop in the middle of the log at a BLANK of the wrong length"),
-    "segment-zero-tail": Kind("error", "records stop in the middle of the log at zero bytes before the segment's end"),
-    "segments-skipped": Kind("error", "damaged segments left out of the rebuilt index"),
-    "stray-file": Kind("warning", "a file whose name is not a store file name; ignored"),
-    "duplicate-queue-offset": Kind("error", "two records of one queue claim the same queue offset"),
-    "queue-offset-gap": Kind("error", "queue offsets of a queue's records are not dense"),
-    # IndexFile
-    "index-header-inconsistent": Kind("error", "an IndexFile header disagrees with the file's slots and entries", True),
-    "index-bad-entries": Kind("error", "live index entries that point at no record with their keyHash", True),
-    "index-keys-not-found": Kind("error", "keys of dispatched messages the broker's lookup does not find", True),
-    "index-file-differs": Kind("error", "a live IndexFile differs from the rebuilt file at the same position", True),
-    "index-missing-file": Kind("error", "the rebuilt index has more files than the live one", True),
-    "index-extra-file": Kind("warning", "the live index has files past the rebuilt ones", True),
-    "index-deleted-on-recovery": Kind(
-        "warning", "crash recovery deletes IndexFiles newer than the checkpoint's indexMsgTimestamp", True
-    ),
-    # the run
-    "store-in-use": Kind("warning", "the store was being written while it was audited; tail findings may be moving"),
-    "rebuilt-stale": Kind("error", "the rebuilt index was made from another state of the commitlog"),
-}
-
-
-def finding(kind: str, file: str, message: str, **fields: object) -> Finding:
-    """A Finding of a documented kind, with the kind's severity."""
-    return Finding(kind, KINDS[kind].severity, file, message, **fields)
-
-
-def worst(findings: Iterable[Finding]) -> str:
-    """The highest severity among ``findings`` ("ok" when there are none)."""
-    levels = [SEVERITIES.index(f.severity) for f in findings]
-    return SEVERITIES[max(levels)] if levels else "ok"
-
-
-def is_divergence(f: Finding) -> bool:
-    return f.severity != "info"
-
-
-def is_repairable(f: Finding) -> bool:
-    """A divergence that ``rmqstore recover`` fixes (by replacing index files or the checkpoint)."""
-    return is_divergence(f) and f.kind in KINDS and KINDS[f.kind].repairable
 
 
 # --- ConsumeQueue --------------------------------------------------------------------------
@@ -765,11 +662,110 @@ def keys_not_found(readers: list[IndexFileReader], key: str, offsets: Iterable[i
     return sorted(o for o in offsets if o not in found)
 
 
-def index_file_name_after(name: str, previous: str | None) -> str:
-    """``name``, or the previous name plus 1 ms when ``name`` would not sort after it (load order)."""
-    if previous is None or name > previous:
-        return name
-    t = datetime.datetime.strptime(previous[:14], "%Y%m%d%H%M%S") + datetime.timedelta(
-        milliseconds=int(previous[14:]) + 1
-    )
-    return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+# --- scope and repairs ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Scope:
+    """What an audit covers: the commitlog segments from offset ``start`` on, and what it skips.
+
+    A full audit starts at 0. A ``--since-last`` audit starts at the segment holding the commitlog max offset of
+    ``base`` (the store's last clean run in the history table) and audits only what changed after it.
+    """
+
+    start: int
+    segments: list[str]  # names of the commitlog segments audited
+    base: dict[str, object] | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)  # what was not audited, and why
+    note: str = ""
+
+    def skip(self, count: int, what: str) -> None:
+        """Record that ``count`` ``what`` were not audited, unchanged since the base run."""
+        if count and self.base:
+            when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
+            self.skipped.append(f"{count} {what} unchanged since run {self.base['run_id']} at {when}")
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``run.scope``."""
+        return {
+            "from_offset": self.start,
+            "segments_audited": self.segments,
+            "base_run_id": self.base["run_id"] if self.base else None,
+            "skipped": self.skipped,
+            "note": self.note,
+        }
+
+
+def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None) -> Scope:
+    """The whole commitlog; with ``since`` (a clean run's summary), the segments from the one holding its max offset."""
+    full = Scope(0, [s.name for s in segments])
+    if since is None:
+        return full
+    base_max = since.get("commitlog_max_offset")
+    start = base_max - base_max % segment_size if isinstance(base_max, int) else 0
+    tail = [s for s in segments if s.start >= start]
+    if base_max is None or not tail:
+        full.note = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
+        return full
+    scope = Scope(start, [s.name for s in tail], since)
+    scope.skip(len(segments) - len(tail), f"commitlog segments below offset {start}")
+    return scope
+
+
+def repair(action: str, file: str, source: str | None, reason: str) -> dict[str, object]:
+    """One step of recover's plan: ``file`` (store-relative) from ``source`` (relative to the rebuilt dir)."""
+    return {"action": action, "file": file, "source": source, "reason": reason}
+
+
+def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, object]]:
+    """Replace or create the rebuilt files of a divergent queue, delete the live files it should not have."""
+    rel = queue_dir(qa.topic, qa.queue_id)
+    why = ", ".join(k for k in qa.row["kinds"] if KINDS[k].repairable)  # type: ignore[union-attr]
+    present = set(live_files)
+    out = [repair("replace" if n in present else "create", f"{rel}/{n}", f"{rel}/{n}", why) for n in qa.write]
+    return out + [repair("delete", f"{rel}/{n}", None, why) for n in qa.delete]
+
+
+def index_repairs(
+    rows: list[dict[str, object]], findings: list[Finding], previous: str | None
+) -> list[dict[str, object]]:
+    """Replace differing files by position (keeping live names), create missing ones, delete extra ones.
+
+    ``rows``: per position, the live and rebuilt file names; ``previous``: the live file before the first
+    row's position (None when it is the first). A created file takes the rebuilt name, moved 1 ms past the
+    file before it so the broker loads it in order.
+    """
+    differs = {f.file for f in findings if f.kind == "index-file-differs"}
+    out = []
+    for r in rows:
+        live, built = r["live"], r["rebuilt"]
+        if live and built:
+            if index_file(str(live)) in differs:
+                out.append(repair("replace", index_file(str(live)), index_file(str(built)), "index-file-differs"))
+            previous = str(live)
+        elif built:
+            previous = index_name_after(index_name_ms(str(built)), previous)
+            out.append(repair("create", index_file(previous), index_file(str(built)), "index-missing-file"))
+        else:
+            out.append(repair("delete", index_file(str(live)), None, "index-extra-file"))
+    return out
+
+
+def stale_finding(rebuilt: list[dict[str, object]], now: Mapping[str, SegmentSummary]) -> Finding | None:
+    """A finding when rebuild.json describes other commitlog segments than the store now holds."""
+    then = {str(s["file"]): s for s in rebuilt}
+    for name in sorted(set(now) | set(then)):
+        was, is_ = then.get(name), now.get(name)
+        described = None if was is None else (was["end_offset"], was.get("fingerprint"))
+        current = None if is_ is None else (is_.end_offset, is_.fingerprint)
+        if described != current:
+            return finding(
+                "rebuilt-stale",
+                commitlog_file(name),
+                "the rebuilt index was made from other records than this segment holds now; rebuild it first",
+                expected="no segment"
+                if was is None
+                else f"records end at {was['end_offset']}, {was.get('fingerprint')}",
+                actual="no segment" if is_ is None else f"records end at {is_.end_offset}, {is_.fingerprint}",
+            )
+    return None

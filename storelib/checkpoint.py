@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from storelib.constants import CHECKPOINT_SIZE, StoreFormatError
+from storelib.constants import CHECKPOINT_SIZE
+from storelib.errors import StoreFormatError
 
 _FIELDS = struct.Struct(">qqqqq")
 

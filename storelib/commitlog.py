@@ -32,8 +32,8 @@ from storelib.constants import (
     MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
-    StoreFormatError,
 )
+from storelib.errors import StoreFormatError
 
 # Offsets of the fixed fields, valid up to BORNHOST.
 OFF_TOTALSIZE = 0

@@ -10,7 +10,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from storelib.constants import CQ_STORE_UNIT_SIZE, ConfigError
+from storelib.constants import CQ_STORE_UNIT_SIZE
+from storelib.errors import ConfigError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -10,49 +10,15 @@ Files are always full size, zero-filled after the last entry.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from storelib.constants import (
-    CQ_BLANK_SIZE,
-    CQ_STORE_UNIT_SIZE,
-    TOPIC_MAX_LENGTH,
-    HostileNameError,
-    offset_file_name,
-)
+from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from storelib.layout import offset_file_name
 
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
-
-_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
-
-
-def validate_topic(topic: str, where: str = "") -> str:
-    """``TopicValidator``'s characters ``[%|a-zA-Z0-9_-]``, 1..255 of them. Anything else never becomes a path.
-
-    Only ASCII is allowed, so characters are bytes and 255 is the filesystem's NAME_MAX;
-    topics over 127 characters are those the v2 record layout exists for.
-    """
-    if not _TOPIC_RE.match(topic) or len(topic) > TOPIC_MAX_LENGTH:
-        raise HostileNameError(
-            f"illegal topic name {topic!r} (RocketMQ allows [%|a-zA-Z0-9_-], at most {TOPIC_MAX_LENGTH} characters)",
-            where,
-        )
-    return topic
-
-
-def is_valid_topic(topic: str) -> bool:
-    return bool(_TOPIC_RE.match(topic)) and len(topic) <= TOPIC_MAX_LENGTH
-
-
-def queue_dir(topic: str, queue_id: int) -> str:
-    """``consumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
-    validate_topic(topic)
-    if queue_id < 0:
-        raise HostileNameError(f"illegal queueId {queue_id} for topic {topic!r}")
-    return f"consumequeue/{topic}/{queue_id}"
 
 
 def encode_units(offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) -> bytes:

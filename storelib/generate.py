@@ -57,12 +57,12 @@ from storelib.constants import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    offset_file_name,
 )
-from storelib.consumequeue import QueueFiles, queue_dir
+from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch
-from storelib.indexfile import IndexFileSeries, IndexHeader, deterministic_names
+from storelib.indexfile import IndexFileSeries, IndexHeader
 from storelib.javahash import java_hash
+from storelib.layout import deterministic_index_names, offset_file_name, queue_dir
 
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 PROPERTY_CLUSTER = "CLUSTER"
@@ -537,7 +537,7 @@ class _Dispatcher:
     def _write_index(self, files: list[tuple[IndexHeader, bytes]]) -> None:
         for header, data in files:
             self.index_begins.append(header.begin_timestamp)
-            name = deterministic_names(self.index_begins)[-1]
+            name = deterministic_index_names(self.index_begins)[-1]
             (self.root / "index" / name).write_bytes(data)
             self.index_timestamp = header.end_timestamp
 

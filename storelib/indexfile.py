@@ -14,19 +14,14 @@ from the previous file's endPhyOffset and endTimestamp as its begin and end valu
 from __future__ import annotations
 
 import dataclasses
-import datetime
+import json
 import struct
 
 import numpy as np
 
 from storelib.config import BrokerConfig
-from storelib.constants import (
-    INDEX_ENTRY_SIZE,
-    INDEX_HASH_SLOT_SIZE,
-    INDEX_HEADER_SIZE,
-    INT32_MAX,
-    StoreFormatError,
-)
+from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INT32_MAX
+from storelib.errors import StoreFormatError
 from storelib.javahash import index_key_hash, java_hash
 
 _HEADER = struct.Struct(">qqqqii")
@@ -138,24 +133,6 @@ def build_index_file_head(
     )
     head[:INDEX_HEADER_SIZE] = header.pack()
     return header, head
-
-
-def deterministic_names(first_timestamps: list[int]) -> list[str]:
-    """Rebuilt IndexFile names: ``yyyyMMddHHmmssSSS`` (UTC) of each file's first entry's store time.
-
-    The broker names a file by its wall-clock creation time, which the data cannot
-    reproduce. This rule gives the same name for the same data and sorts in load order:
-    a name not after the previous one is moved to the previous one plus 1 ms.
-    """
-    names = []
-    prev = None
-    for ts in first_timestamps:
-        if prev is not None and ts <= prev:
-            ts = prev + 1
-        prev = ts
-        t = datetime.datetime.fromtimestamp(ts / 1000, tz=datetime.UTC)
-        names.append(t.strftime("%Y%m%d%H%M%S") + f"{ts % 1000:03d}")
-    return names
 
 
 class IndexFileReader:
@@ -293,3 +270,45 @@ class IndexFileSeries:
         ):
             out.append(self._build(0))
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexPlan:
+    """Where one IndexFile's entries are: ``slices`` (segment, first, stop) of the segments' entries in put
+    order, and ``inherited`` (segment, position) of the previous file's last entry (None: the first file)."""
+
+    slices: tuple[tuple[str, int, int], ...]
+    inherited: tuple[str, int] | None
+
+    def to_json(self) -> str:
+        return json.dumps({"slices": self.slices, "inherited": self.inherited})
+
+    @classmethod
+    def from_json(cls, text: str) -> IndexPlan:
+        d = json.loads(text)
+        inherited = tuple(d["inherited"]) if d["inherited"] else None
+        return cls(tuple(tuple(x) for x in d["slices"]), inherited)  # type: ignore[arg-type]
+
+
+def index_file_plans(counts: list[tuple[str, int]], per_file: int) -> list[IndexPlan]:
+    """Entry g (0-based, commitlog order over the whole store) goes to file g // per_file; ``counts`` (segment,
+    entries) in offset order say which segment holds it, at which position."""
+    located, total = [], 0  # (first entry, entries, segment) of each segment with entries
+    for segment, n in counts:
+        if n:
+            located.append((total, n, segment))
+            total += n
+    plans = []
+    for k in range(-(-total // per_file)):
+        lo, hi = k * per_file, min((k + 1) * per_file, total)
+        slices = tuple(
+            (seg, max(lo, base) - base, min(hi, base + n) - base)
+            for base, n, seg in located
+            if base < hi and base + n > lo
+        )
+        inherited = None
+        if k:
+            base, _, seg = next(x for x in reversed(located) if x[0] <= lo - 1)
+            inherited = (seg, lo - 1 - base)
+        plans.append(IndexPlan(slices, inherited))
+    return plans

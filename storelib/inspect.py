@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -30,18 +29,19 @@ from storelib.constants import (
     CQ_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     INDEX_HEADER_SIZE,
-    OFFSET_NAME_DIGITS,
-    HostileNameError,
-    StoreFormatError,
+)
+from storelib.consumequeue import decode_units, valid_prefix
+from storelib.errors import HostileNameError, StoreFormatError
+from storelib.indexfile import IndexHeader, index_file_size
+from storelib.layout import (
+    is_index_name,
     offset_file_name,
     offset_layout_problems,
+    parse_offset_name,
+    parse_queue_id,
+    validate_topic,
 )
-from storelib.consumequeue import decode_units, valid_prefix, validate_topic
-from storelib.indexfile import IndexHeader, index_file_size
 
-_OFFSET_NAME = re.compile(rf"[0-9]{{{OFFSET_NAME_DIGITS}}}\Z")
-_INDEX_NAME = re.compile(r"[0-9]{17}\Z")  # yyyyMMddHHmmssSSS
-_QUEUE_ID = re.compile(r"[0-9]{1,10}\Z")
 _MAX_LISTED = 10  # damaged records listed per segment
 
 
@@ -211,7 +211,7 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
     size = cfg.mappedFileSizeCommitLog
     entries = []
     for entry in _listing(directory, problems):
-        if not _OFFSET_NAME.match(entry.name) or not entry.is_file():
+        if parse_offset_name(entry.name) is None or not entry.is_file():
             problems.append(f"commitlog/{printable(entry.name)}: not a commitlog segment (name or type), skipped")
             continue
         entries.append(entry)
@@ -268,7 +268,7 @@ def _queues(directory: Path, cfg: BrokerConfig, problems: list[str], required: b
             queue_entries = sorted(it, key=lambda e: e.name)
         for queue_entry in queue_entries:
             qrel = f"consumequeue/{topic_entry.name}/{printable(queue_entry.name)}"
-            if not _QUEUE_ID.match(queue_entry.name):
+            if parse_queue_id(queue_entry.name) is None:
                 problems.append(f"{qrel}: not a queueId; not followed")
             elif queue_entry.is_symlink() or not queue_entry.is_dir():
                 problems.append(f"{qrel}: not a directory (or a symbolic link); not followed")
@@ -285,7 +285,7 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
     files = []
     with os.scandir(directory) as it:
         for entry in sorted(it, key=lambda e: e.name):
-            if _OFFSET_NAME.match(entry.name) and entry.is_file() and not entry.is_symlink():
+            if parse_offset_name(entry.name) is not None and entry.is_file() and not entry.is_symlink():
                 files.append(entry)
             else:
                 problems.append(f"{printable(entry.name)}: not a ConsumeQueue file; skipped")
@@ -357,7 +357,7 @@ def _index_files(directory: Path, cfg: BrokerConfig, problems: list[str], requir
             problems.append(f"index/{printable(entry.name)}: not a file; skipped")
             continue
         file_problems = []
-        if not _INDEX_NAME.match(entry.name):
+        if not is_index_name(entry.name):
             file_problems.append("name is not a yyyyMMddHHmmssSSS time")
         size = entry.stat().st_size
         if size != expected_size:

@@ -37,8 +37,9 @@ def fixture_cfg(fixture_dir: Path) -> BrokerConfig:
 @pytest.fixture(scope="session")
 def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_path_factory) -> Path:
     """crashed/ rebuilt once (audit and recover tests); its consumequeue/ and index/ equal clean/'s."""
-    from jobs.rebuild import rebuild
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild import rebuild
 
     out = tmp_path_factory.mktemp("rebuilt") / "crashed"
-    rebuild(spark, str(fixture_dir / "crashed"), str(out), fixture_cfg, on_error="skip-segment").records.unpersist()
+    rebuild(Run(spark, fixture_cfg), str(fixture_dir / "crashed"), str(out), on_error="skip-segment")
     return out

@@ -14,15 +14,13 @@ from storelib.audit import (
     check_commitlog,
     check_index_header,
     classify_queue,
-    index_file_name_after,
-    is_divergence,
     keys_not_found,
     recovery_start,
 )
 from storelib.checkpoint import Checkpoint
 from storelib.config import load_broker_config
 from storelib.consumequeue import encode_units
-from storelib.findings import Finding
+from storelib.findings import finding, is_divergence
 from storelib.indexfile import IndexFileReader
 from storelib.javahash import java_hash
 from tests.conftest import FIXTURE_DIR
@@ -221,8 +219,8 @@ def crashed_segments() -> list[SegmentFacts]:
 
 
 CRC = [
-    Finding("crc-mismatch", "warning", "commitlog/00000000000001835008", "BODYCRC", commitlog_offset=1_965_519),
-    Finding("crc-mismatch", "warning", "commitlog/00000000000001835008", "BODYCRC", commitlog_offset=1_965_763),
+    finding("crc-mismatch", "commitlog/00000000000001835008", "BODYCRC", commitlog_offset=1_965_519),
+    finding("crc-mismatch", "commitlog/00000000000001835008", "BODYCRC", commitlog_offset=1_965_763),
 ]
 
 
@@ -270,23 +268,19 @@ def test_key_lookup_finds_what_the_broker_found() -> None:
     assert keys_not_found(readers, q["indexKey"], [123]) == [123]
 
 
-def test_created_index_names_sort_after_the_kept_ones() -> None:
-    assert index_file_name_after("20261122015840000", "20261122015839765") == "20261122015840000"
-    assert index_file_name_after("20261122015830000", "20261122015839999") == "20261122015840000"
-
-
 # --- in Spark ----------------------------------------------------------------------------------
 
 
 def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt, tmp_path) -> None:
     """Each of DAMAGE.md's six changes, with its consequences, and nothing else; the store is in use meanwhile."""
-    from jobs.audit import audit
+    from jobs.pipeline.audit import audit
+    from jobs.pipeline.context import Run
 
     store = copy_store(CRASHED, tmp_path / "crashed")
     before = tree_digest(store)
     broker = hold_lock(store)
     try:
-        result = audit(spark, str(store), str(crashed_rebuilt), CFG, str(tmp_path / "report"))
+        result = audit(Run(spark, CFG), str(store), str(crashed_rebuilt), str(tmp_path / "report"))
     finally:
         broker.kill()
         broker.wait()
@@ -343,7 +337,7 @@ def test_unreadable_or_vanished_queue_file_is_reported(tmp_path) -> None:
 def test_hostile_topic_directory_names_are_reported_not_read(tmp_path) -> None:
     import os
 
-    from jobs.audit import list_queues
+    from jobs.pipeline.listing import list_queues
 
     cq = tmp_path / "consumequeue"
     (cq / "Good" / "0").mkdir(parents=True)
@@ -386,7 +380,7 @@ def test_lock_detection(tmp_path) -> None:
 def test_recovery_stops_at_a_damaged_segment_end_too() -> None:
     """A bad magic in the middle of the log stops the broker's recovery like a CRC failure does."""
     segments = crashed_segments()
-    bad = Finding("segment-bad-magic", "error", "commitlog/00000000000003276800", "magic", commitlog_offset=3_300_000)
+    bad = finding("segment-bad-magic", "commitlog/00000000000003276800", "magic", commitlog_offset=3_300_000)
     out = check_commitlog(segments, [bad], None, False, CFG, MAX_OFFSET, 0, 0)
     f = next(f for f in out if f.kind == "recovery-would-truncate")
     assert (f.commitlog_offset, f.count) == (3_300_000, MAX_OFFSET - 3_300_000)

@@ -8,8 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-from jobs.audit import AuditResult, _record
+from jobs.audit import _record
 from jobs.history import SUMMARY, read_history, run_version
+from jobs.pipeline.audit import AuditResult
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, run_cli
 
@@ -34,13 +35,14 @@ def summaries(spark, table: Path, version: int | None = None) -> list[dict]:
 def test_since_last_audits_only_the_tail_and_records_every_run(
     spark, fixture_cfg, tmp_path, capsys, monkeypatch
 ) -> None:
-    from jobs.rebuild import rebuild
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild import rebuild
 
     # clean/ as it was NEW segments ago: the commitlog without them, its index and checkpoint rebuilt
     store, table, rebuilt = copy_store(CLEAN, tmp_path / "store"), tmp_path / "history", tmp_path / "rebuilt"
     for name in SEGMENTS[-NEW:]:
         (store / "commitlog" / name).unlink()
-    rebuild(spark, str(store), str(rebuilt), fixture_cfg)
+    rebuild(Run(spark, fixture_cfg), str(store), str(rebuilt))
     for part in ("consumequeue", "index"):
         shutil.rmtree(store / part)
         shutil.copytree(rebuilt / part, store / part)
@@ -128,7 +130,7 @@ def test_a_run_that_cannot_audit_is_recorded_and_a_history_write_failure_is_exit
     def fail(*_: object) -> int:
         raise OSError("disk full")
 
-    monkeypatch.setattr("jobs.history.append_history", fail)
+    monkeypatch.setattr("jobs.audit.append_history", fail)
     times = {"started_at": "2026-11-22T01:00:00+00:00", "finished_at": "2026-11-22T01:00:09+00:00", "seconds": 9}
     report = {"run": {"store": "s", "rebuilt": "r", "segments": [], **times}}
     report["run"]["scope"] = {"segments_audited": ["00000000000000000000"], "skipped": [], "base_run_id": None}

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storelib.checkpoint import Checkpoint
-from storelib.constants import StoreFormatError
+from storelib.errors import StoreFormatError
 from tests.roundtrip import assert_roundtrip
 
 # 4.9.8: physicMsgTimestamp @0, logicsMsgTimestamp @8, indexMsgTimestamp @16, then zeros

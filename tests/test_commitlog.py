@@ -33,7 +33,7 @@ from storelib.commitlog import (
     parse_properties,
     record_length,
 )
-from storelib.constants import StoreFormatError
+from storelib.errors import StoreFormatError
 from tests.builders import encode_segment, msg, scan
 from tests.roundtrip import assert_roundtrip
 

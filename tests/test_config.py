@@ -15,7 +15,7 @@ from storelib.config import (
     parse_delay_levels,
     parse_properties,
 )
-from storelib.constants import ConfigError
+from storelib.errors import ConfigError
 from tests.roundtrip import assert_roundtrip
 
 DEFAULT_DELAYS_MS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storelib.constants import offset_file_name, offset_layout_problems
+from storelib.layout import offset_file_name, offset_layout_problems
 
 
 def test_offset_file_name_is_20_digits() -> None:

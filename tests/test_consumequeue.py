@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.constants import HostileNameError
 from storelib.consumequeue import (
     QueueFiles,
     QueueFinding,
@@ -18,10 +17,7 @@ from storelib.consumequeue import (
     decode_units,
     encode_units,
     file_start,
-    is_valid_topic,
-    queue_dir,
     valid_prefix,
-    validate_topic,
 )
 from tests.roundtrip import assert_roundtrip
 
@@ -192,24 +188,3 @@ def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) ->
 
 
 # --- names that become paths -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("topic", ["OrderCreated", "%RETRY%billing-consumer", "a|b", "A_b-9", "t" * 127, "v" * 255])
-def test_legal_topics(topic: str) -> None:
-    assert validate_topic(topic) == topic
-    assert is_valid_topic(topic)
-    assert queue_dir(topic, 3) == f"consumequeue/{topic}/3"
-
-
-@pytest.mark.parametrize("topic", ["", "..", "../etc", "a/b", "a\\b", "a b", "t" * 256, "ü", "a\0", "a\n"])
-def test_hostile_topics_never_become_paths(topic: str) -> None:
-    assert not is_valid_topic(topic)
-    with pytest.raises(HostileNameError, match="illegal topic name"):
-        validate_topic(topic, "commitlog/00000000000000000000")
-    with pytest.raises(HostileNameError):
-        queue_dir(topic, 0)
-
-
-def test_negative_queue_id_is_hostile() -> None:
-    with pytest.raises(HostileNameError, match="illegal queueId -1"):
-        queue_dir("T", -1)

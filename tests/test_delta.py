@@ -20,16 +20,16 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from jobs.catalog import PARTITION_BY, SORT_BY, default_store_id, write_catalog
 from jobs.delta import DELTA_EXTENSION, has_delta_spark, read_delta, write_delta
 from jobs.history import append_history, last_clean_run, read_history, run_version
-from storelib.findings import Finding
-from udfs.schema import KIND_DAMAGE, KIND_MESSAGE, KIND_SEGMENT_END, RECORD_SCHEMA
+from storelib.findings import Finding, finding
+from udfs.schema import MESSAGE_SCHEMA
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 T0 = int(dt.datetime(2024, 5, 1, 21, 0, tzinfo=dt.UTC).timestamp() * 1000)  # 2024-05-01 21:00 UTC
 HOUR = 3_600_000
 
 
-def record(kind: int = KIND_MESSAGE, **fields: object) -> dict:
-    return {**dict.fromkeys(RECORD_SCHEMA.names), "kind": kind, "segment": "00000000000000000000", **fields}
+def record(**fields: object) -> dict:
+    return {**dict.fromkeys(MESSAGE_SCHEMA.names), "segment": "00000000000000000000", **fields}
 
 
 def message(offset: int, topic: str, queue_id: int, queue_offset: int, ts: int, keys: str | None) -> dict:
@@ -64,8 +64,7 @@ BROKER_B = [message(200 * i, "orders", 1, i, T0 + 30 * 60_000 + i * HOUR, f"B-{i
 
 
 def records_df(spark, rows: list[dict]):
-    extra = [record(KIND_SEGMENT_END, commitlog_offset=1600), record(KIND_DAMAGE, commitlog_offset=1600)]
-    return spark.createDataFrame(rows + extra, from_arrow_schema(RECORD_SCHEMA))
+    return spark.createDataFrame(rows, from_arrow_schema(MESSAGE_SCHEMA))
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +198,8 @@ def run(store: str, hour: int, exit_code: int, **extra: object) -> dict:
 
 
 FINDINGS = [
-    Finding("crc-mismatch", "error", "commitlog/00000000000000000000", "body CRC differs", commitlog_offset=400),
-    Finding("cq-expired-head", "info", "consumequeue/orders/1/00000000000000000000", "expired", count=2),
+    finding("length-mismatch", "commitlog/00000000000000000000", "fields do not add up", commitlog_offset=400),
+    finding("cq-expired-head", "consumequeue/orders/1/00000000000000000000", "expired", count=2),
 ]
 
 
@@ -220,7 +219,7 @@ def test_history_last_clean_run_and_earlier_runs(spark, tmp_path):
 
     history = read_history(spark, table)
     summary = history.where(f"row_type = 'summary' AND run_id = '{failed['run_id']}'").first()
-    assert (summary.findings, summary.errors, summary.infos, summary.kinds["crc-mismatch"]) == (2, 1, 1, 1)
+    assert (summary.findings, summary.errors, summary.infos, summary.kinds["length-mismatch"]) == (2, 1, 1, 1)
     rows = history.where(f"row_type = 'finding' AND run_id = '{failed['run_id']}'").orderBy("severity").collect()
     assert [Finding.from_dict(r.asDict()) for r in rows] == FINDINGS
     assert run_version(spark, table, failed["run_id"]) == 1

@@ -1,22 +1,25 @@
-"""The report schema: one Finding per thing found, and its JSON form."""
+"""The report schema: one registry of finding kinds, one Finding per thing found, and its JSON form."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.findings import Finding
+from storelib.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
+from storelib.findings import KINDS, Finding, blocks_recover, finding, finding_order, is_repairable
 from tests.roundtrip import assert_roundtrip
 
+ROOT = Path(__file__).resolve().parents[1]
 optional_ints = st.none() | st.integers(-(2**63), 2**63 - 1)
 optional_texts = st.none() | st.text()
 findings = st.builds(
-    Finding,
-    kind=st.text(min_size=1),
-    severity=st.sampled_from(["info", "warning", "error"]),
+    finding,
+    kind=st.sampled_from(sorted(KINDS)),
     file=st.text(),
     message=st.text(),
     topic=optional_texts,
@@ -31,19 +34,15 @@ findings = st.builds(
 
 
 @given(findings)
-def test_finding_json_roundtrip(finding: Finding) -> None:
-    assert_roundtrip(
-        lambda f: json.dumps(f.to_dict(), sort_keys=True),
-        lambda text: Finding.from_dict(json.loads(text)),
-        finding,
-    )
+def test_finding_json_roundtrip(f: Finding) -> None:
+    assert_roundtrip(lambda x: json.dumps(x.to_dict(), sort_keys=True), lambda t: Finding.from_dict(json.loads(t)), f)
 
 
 def test_finding_schema() -> None:
-    f = Finding("crc-mismatch", "error", "commitlog/00000000000001835008", "BODYCRC mismatch", commitlog_offset=1965519)
+    f = finding("crc-mismatch", "commitlog/00000000000001835008", "BODYCRC mismatch", commitlog_offset=1965519)
     assert f.to_dict() == {
         "kind": "crc-mismatch",
-        "severity": "error",
+        "severity": "warning",
         "file": "commitlog/00000000000001835008",
         "message": "BODYCRC mismatch",
         "topic": None,
@@ -59,6 +58,46 @@ def test_finding_schema() -> None:
     assert Finding.from_dict({**f.to_dict(), "added_later": 1}) == f
 
 
-def test_severity_is_checked() -> None:
-    with pytest.raises(ValueError, match="severity must be one of"):
-        Finding("x", "fatal", "", "")
+def test_unregistered_kinds_and_wrong_severities_fail_where_they_are_made() -> None:
+    with pytest.raises(KeyError, match="not registered"):
+        finding("no-such-kind", "", "")
+    with pytest.raises(ValueError, match="not a registered kind"):
+        Finding("crc-mismatch", "error", "", "")  # the registry says warning
+
+
+def _emitted_kinds() -> set[str]:
+    """Every kind the code passes to finding() as a literal, and the segment-<end reason> kinds."""
+    out = set()
+    for path in [*ROOT.glob("storelib/*.py"), *ROOT.glob("udfs/*.py"), *ROOT.glob("jobs/**/*.py")]:
+        out |= set(re.findall(r'finding\(\s*"([a-z-]+)"', path.read_text()))
+    # judge_ends emits segment-<reason> for every way records can stop early in the middle of the log
+    out |= {f"segment-{r}" for r in (END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL)}
+    return out
+
+
+def test_every_emitted_kind_is_registered() -> None:
+    emitted = _emitted_kinds()
+    assert len(emitted) > 30  # the scan found the code's calls
+    assert emitted - set(KINDS) == set()
+
+
+def test_readme_table_of_kinds_is_the_registry() -> None:
+    rows = re.findall(
+        r"^\| `([a-z-]+)` \| (info|warning|error) \| (yes|) *\| (.+?) \|$", (ROOT / "README.md").read_text(), re.M
+    )
+    table = {kind: (severity, recover == "yes", meaning) for kind, severity, recover, meaning in rows}
+    assert table == {k: (v.severity, v.repairable, v.meaning) for k, v in KINDS.items()}
+
+
+def test_what_recover_does_with_a_kind() -> None:
+    assert is_repairable(finding("cq-zeroed-entries", "", ""))
+    assert not is_repairable(finding("cq-expired-head", "", ""))  # info: nothing to do
+    assert blocks_recover(finding("rebuilt-stale", "", "")) and blocks_recover(finding("hostile-topic-name", "", ""))
+    assert not blocks_recover(finding("cq-wrong-entries", "", ""))
+
+
+def test_findings_sort_worst_first() -> None:
+    info = finding("cq-expired-head", "a", "")
+    error = finding("cq-wrong-entries", "b", "", queue_offset=5)
+    warning = finding("cq-dirty-tail", "a", "")
+    assert sorted([info, warning, error], key=finding_order) == [error, warning, info]

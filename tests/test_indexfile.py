@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 
 from storelib.commitlog import Message
 from storelib.config import BrokerConfig
-from storelib.constants import StoreFormatError
 from storelib.dispatch import dispatch_batch
+from storelib.errors import StoreFormatError
 from storelib.indexfile import (
     IndexFileReader,
     IndexFileSeries,
     IndexHeader,
-    deterministic_names,
     entries_per_file,
     index_file_size,
     needs_empty_tail_file,
@@ -439,14 +438,3 @@ def test_reader_checks_the_file_size() -> None:
     with pytest.raises(StoreFormatError, match="IndexFile is 139 bytes, expected 140") as err:
         IndexFileReader(SPLIT_FILES[0][:-1], TINY, "index/20261122015837846")
     assert err.value.file == "index/20261122015837846"
-
-
-def test_deterministic_names() -> None:
-    # UTC: 1795312717841 ms is 2026-11-22 01:58:37.841; a name not after the previous one moves up 1 ms
-    assert deterministic_names([1795312717841, 1795312717841, 1795312717000, 1795312718208]) == [
-        "20261122015837841",
-        "20261122015837842",
-        "20261122015837843",
-        "20261122015838208",
-    ]
-    assert deterministic_names([0]) == ["19700101000000000"]

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.rebuild import RebuildError, rebuild
+from jobs.pipeline.context import Run
+from jobs.pipeline.rebuild import rebuild
 from storelib.commitlog import Message, SegmentScanner, encode_message
 from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
 from storelib.dispatch import dispatch_batch
+from storelib.errors import DamageStop
 from storelib.generate import PRESETS, generate_store
 from tests.conftest import FIXTURE_DIR
 
@@ -47,7 +49,7 @@ def assert_same_index(live: Path, rebuilt: Path) -> None:
 @pytest.mark.parametrize("store", ["clean", "expired"])
 def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
     out = tmp_path / "out"
-    result = rebuild(spark, str(FIXTURE_DIR / store), str(out), cfg)
+    result = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(out))
     assert_same_index(FIXTURE_DIR / store, out)
     summary = json.loads(
         (FIXTURE_DIR / "expected" / ("expired/" if store == "expired" else "") / "dump_summary.json").read_text()
@@ -61,7 +63,7 @@ def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
 def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spark, cfg, tmp_path):
     """crashed/ = clean/ + damage: both CRC failures are reported and, unlike the broker, nothing after them is lost."""
     out = tmp_path / "out"
-    result = rebuild(spark, str(FIXTURE_DIR / "crashed"), str(out), cfg)
+    result = rebuild(Run(spark, cfg), str(FIXTURE_DIR / "crashed"), str(out))
     assert_same_index(FIXTURE_DIR / "clean", out)
     crc = [
         (f["file"], f["commitlog_offset"], f["file_offset"])
@@ -78,9 +80,9 @@ def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spa
 
 def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
     out = tmp_path / "out"
-    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg)
+    rebuild(Run(spark, cfg), str(FIXTURE_DIR / "expired"), str(out))
     first = tree_digest(out, "")
-    rebuild(spark, str(FIXTURE_DIR / "expired"), str(out), cfg)
+    rebuild(Run(spark, cfg), str(FIXTURE_DIR / "expired"), str(out))
     assert tree_digest(out, "") == first
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old output left behind
 
@@ -99,15 +101,15 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
     data[1000:1016] = b"\xde\xad\xbe\xef" * 4  # lands inside a record: framing from there on is lost
     seg.write_bytes(bytes(data))
     out = tmp_path / "out"
-    with pytest.raises(RebuildError) as err:
-        rebuild(spark, str(store), str(out), cfg)
+    with pytest.raises(DamageStop) as err:
+        rebuild(Run(spark, cfg), str(store), str(out))
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["store"]
     errors = [f for f in err.value.findings if f.severity == "error"]
     assert len(errors) == 1 and errors[0].file == "commitlog/00000000000000393216"
     assert 393216 < errors[0].commitlog_offset <= 393216 + 1000
 
-    result = rebuild(spark, str(store), str(out), cfg, on_error="skip-segment")
+    result = rebuild(Run(spark, cfg), str(store), str(out), on_error="skip-segment")
     kinds = {f["kind"] for f in result.report["findings"]}
     assert "segments-skipped" in kinds and "queue-offset-gap" in kinds
 
@@ -115,8 +117,8 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
 def test_missing_segment_is_a_reported_gap(spark, cfg, tmp_path):
     store = copy_store("clean", tmp_path / "store")
     (store / "commitlog" / "00000000000001048576").unlink()
-    with pytest.raises(RebuildError) as err:
-        rebuild(spark, str(store), str(tmp_path / "out"), cfg)
+    with pytest.raises(DamageStop) as err:
+        rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
     gaps = [f for f in err.value.findings if f.kind == "segment-gap"]
     assert [(g.commitlog_offset, g.count) for g in gaps] == [(1048576, 131072)]
 
@@ -124,7 +126,7 @@ def test_missing_segment_is_a_reported_gap(spark, cfg, tmp_path):
 def test_output_inside_the_store_is_refused(spark, cfg, tmp_path):
     store = copy_store("expired", tmp_path / "store")
     with pytest.raises(ValueError, match="never writes into a store"):
-        rebuild(spark, str(store), str(store / "rebuilt"), cfg)
+        rebuild(Run(spark, cfg), str(store), str(store / "rebuilt"))
 
 
 def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
@@ -144,7 +146,7 @@ def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
     (store / "commitlog").mkdir(parents=True)
     (store / "commitlog" / "00000000000000000000").write_bytes(records + bytes(4096 - len(records)))
     out = tmp_path / "out"
-    result = rebuild(spark, str(store), str(out), cfg)
+    result = rebuild(Run(spark, cfg), str(store), str(out))
     hostile = [f for f in result.report["findings"] if f["kind"] == "hostile-topic-name"]
     assert [h["topic"] for h in hostile] == ["../../escape"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(
@@ -188,7 +190,7 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
         cfg = dataclasses.replace(cfg, maxIndexNum=divisor_at_least(entries, entries // 7) + 1)
     summary = generate_store(tmp_path / "store", spec, cfg)
     assert summary.deleted_segments == 2 and summary.kinds["v2"] > 0
-    result = rebuild(spark, str(tmp_path / "store"), str(tmp_path / "out"), cfg)
+    result = rebuild(Run(spark, cfg), str(tmp_path / "store"), str(tmp_path / "out"))
     assert_same_index(tmp_path / "store", tmp_path / "out")
     assert len(result.report["index_files"]) == summary.index_files > 2
     if exact_fill:

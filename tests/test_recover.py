@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.recover import RecoverRefused, check_stopped, recover
+from jobs.pipeline.context import Run
+from jobs.pipeline.recover import check_stopped, recover
 from storelib.commitlog import decode_message
 from storelib.constants import CQ_BLANK_SIZE, MESSAGE_MAGIC_CODE
 from storelib.consumequeue import decode_units
+from storelib.errors import Refused
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
 MAX_OFFSET = 3_444_995
@@ -29,7 +31,7 @@ def test_refuses_while_the_lock_is_held(fixture_dir: Path, tmp_path: Path, capsy
     store = copy_store(fixture_dir / "clean", tmp_path / "store")
     broker = hold_lock(store)
     try:
-        with pytest.raises(RecoverRefused, match="locked by another process"):
+        with pytest.raises(Refused, match="locked by another process"):
             check_stopped(str(store))
         assert run_cli(["recover", "--store", str(store), "--apply"]) == 1
         assert "refused" in capsys.readouterr().err
@@ -48,7 +50,7 @@ def test_refuses_when_abort_exists_and_a_broker_process_uses_the_store(fixture_d
     while not cmdline.read_bytes().startswith(b"java"):
         time.sleep(0.05)
     try:
-        with pytest.raises(RecoverRefused, match="broker looks alive"):
+        with pytest.raises(Refused, match="broker looks alive"):
             check_stopped(str(store))
     finally:
         fake.kill()
@@ -56,7 +58,7 @@ def test_refuses_when_abort_exists_and_a_broker_process_uses_the_store(fixture_d
 
 
 def test_refuses_a_store_that_is_not_local() -> None:
-    with pytest.raises(RecoverRefused, match="not a local path"):
+    with pytest.raises(Refused, match="not a local path"):
         check_stopped("hdfs://nn/stores/broker-a")
 
 
@@ -111,7 +113,7 @@ def read_back(store: Path, segment_size: int) -> int:
 def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
     spark, fixture_dir: Path, fixture_cfg, crashed_rebuilt: Path, tmp_path: Path, capsys
 ) -> None:
-    from jobs.audit import audit
+    from jobs.pipeline.audit import audit
 
     store = copy_store(fixture_dir / "crashed", tmp_path / "store")
     damage(store)
@@ -119,7 +121,7 @@ def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
     backup = tmp_path / "backup"
     outside = tree_digest(tmp_path, skip=(store, backup)) | tree_digest(crashed_rebuilt)
 
-    before = audit(spark, str(store), str(crashed_rebuilt), fixture_cfg, None)
+    before = audit(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), None)
     got = {(f.kind, f.file, f.queue_offset, f.count) for f in before.findings if f.kind.startswith("cq-")}
     cq = "consumequeue"
     assert got == {
@@ -137,12 +139,12 @@ def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
     assert {"hostile-name", "commitlog-torn-tail", "index-file-differs"} <= kinds
 
     # dry run: the plan, nothing changed
-    assert recover(spark, str(store), str(crashed_rebuilt), fixture_cfg, False, True, backup, audited=before) == 0
+    assert recover(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), False, True, backup, audited=before) == 0
     plan = capsys.readouterr().out
     assert "dry run" in plan and "truncate commitlog/00000000000003407872" in plan
     assert tree_digest(store) == damaged and not backup.exists()
 
-    code = recover(spark, str(store), str(crashed_rebuilt), fixture_cfg, True, True, backup, audited=before)
+    code = recover(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), True, True, backup, audited=before)
     out = capsys.readouterr().out
     assert code == 0, out
     manifest = json.loads((backup / "manifest.json").read_text())
@@ -177,8 +179,8 @@ def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
 def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path) -> None:
     """A store from storelib.generate (retention deleted its first segment): a zeroed middle file, a queue
     missing entirely and a lost newest IndexFile (story 2) are found, and only those; recover repairs them."""
-    from jobs.audit import audit
-    from jobs.rebuild import rebuild
+    from jobs.pipeline.audit import audit
+    from jobs.pipeline.rebuild import rebuild
     from storelib.config import BrokerConfig
     from storelib.generate import GeneratorSpec, generate_store
 
@@ -188,7 +190,7 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     store = tmp_path / "store"
     generate_store(store, GeneratorSpec(messages=1500, topics=2, queues_per_topic=2, deleted_head_segments=1), cfg)
     rebuilt = tmp_path / "rebuilt"
-    rebuild(spark, str(store), str(rebuilt), cfg).records.unpersist()
+    rebuild(Run(spark, cfg), str(store), str(rebuilt))
     queues = sorted((d for d in (store / "consumequeue").glob("*/*")), key=lambda d: -len(list(d.iterdir())))
     zeroed, gone = queues[0], queues[1]
     middle = sorted(zeroed.iterdir())[1]
@@ -197,7 +199,7 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     newest = sorted((store / "index").iterdir())[-1]
     newest.unlink()
 
-    before = audit(spark, str(store), str(rebuilt), cfg, None)
+    before = audit(Run(spark, cfg), str(store), str(rebuilt), None)
     divergent = {(f.kind, f.file) for f in before.findings if f.severity != "info"}
     assert {k for k, _ in divergent} == {
         "cq-zeroed-entries",
@@ -207,6 +209,6 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     }
     assert ("cq-zeroed-entries", str(middle.relative_to(store))) in divergent
     assert ("cq-missing-queue", str(gone.relative_to(store))) in divergent
-    assert recover(spark, str(store), str(rebuilt), cfg, True, backup_dir=tmp_path / "backup", audited=before) == 0
+    assert recover(Run(spark, cfg), str(store), str(rebuilt), True, backup_dir=tmp_path / "backup", audited=before) == 0
     assert read_back(store, cfg.mappedFileSizeCommitLog) > 1000
     assert len(list((store / "index").iterdir())) == len(list((rebuilt / "index").iterdir()))

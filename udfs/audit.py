@@ -15,19 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storelib.audit import (
-    check_index_header,
-    classify_queue,
-    compare_index_files,
-    finding,
-    index_entries,
-    keys_not_found,
-)
+from storelib.audit import check_index_header, classify_queue, compare_index_files, index_entries, keys_not_found
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
-from storelib.constants import CHECKPOINT_SIZE, StoreFormatError
+from storelib.constants import CHECKPOINT_SIZE
+from storelib.errors import StoreFormatError
+from storelib.findings import finding
 from storelib.indexfile import IndexFileReader
 from storelib.javahash import java_hash
+from storelib.layout import index_file, queue_dir
 from udfs.fs import join, read_file, resolve
 
 #: live index entries handed to the join with the records
@@ -51,7 +47,7 @@ def _read(store: str, rel: str) -> bytes:
 def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> str:
     """One queue: read its live and rebuilt files, classify; JSON of QueueAudit (findings as dicts)."""
     topic, queue_id = row["topic"], row["queue_id"]
-    rel_dir = f"consumequeue/{topic}/{queue_id}"
+    rel_dir = queue_dir(topic, queue_id)
     live: dict[str, bytes] = {}
     for name in row["live_files"] or []:
         try:
@@ -85,13 +81,13 @@ def audit_index_file(
         findings.append(
             finding(
                 "index-missing-file",
-                f"index/{rebuilt_name}",
+                index_file(rebuilt_name),
                 f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not",
             ).to_dict()
         )
         out["findings"] = findings
         return out
-    rel = f"index/{live_name}"
+    rel = index_file(live_name)
     try:
         live = _read(store, rel)
     except OSError as exc:
@@ -112,7 +108,7 @@ def audit_index_file(
     else:
         findings += [
             f.to_dict()
-            for f in compare_index_files(rel, live, rebuilt_name, _read(rebuilt, f"index/{rebuilt_name}"), cfg)
+            for f in compare_index_files(rel, live, rebuilt_name, _read(rebuilt, index_file(rebuilt_name)), cfg)
         ]
     out["findings"] = findings
     return out
@@ -124,7 +120,7 @@ def index_entry_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.Rec
     def entries(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for name in batch.column("name").to_pylist():
-                rel = f"index/{name}"
+                rel = index_file(name)
                 try:
                     reader = IndexFileReader(_read(store, rel), cfg, rel)
                 except (OSError, StoreFormatError):

@@ -1,30 +1,39 @@
-"""Arrow schemas of what the executors hand back to Spark."""
+"""Arrow schemas of what the executors hand back to Spark, one per kind of result.
+
+A parse task returns either ConsumeQueue runs (the rebuild) or message rows (catalog, audit); what it says
+about each segment (storelib.segments.SegmentSummary) and the IndexFile entries go to files in the work
+directory instead, so no result is a union of unrelated columns.
+"""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-#: rows produced by parsing commitlog segments (udfs.parse): in "messages" mode one per
-#: message record (kind 0); in "dispatch" mode (the rebuild) packed runs instead: ConsumeQueue
-#: units of one queue with consecutive queue offsets (kind 3). Both modes add one row per
-#: damaged record (kind 2) and per segment end (kind 1).
-KIND_MESSAGE = 0
-KIND_SEGMENT_END = 1
-KIND_DAMAGE = 2
-KIND_CQ_RUN = 3
+#: input of the parse stage: one row per task, its consecutive segments in offset order (JSON list of
+#: storelib.segments.Segment fields)
+PARSE_TASK_SCHEMA = pa.schema([("task", pa.int64()), ("segments", pa.string())])
 
-#: a dispatch-mode scratch file of IndexFile entries: one per index key, in put order (internal)
-INDEX_ENTRY_DTYPE = [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")]
+#: the rebuild's parse output: the ConsumeQueue units of one queue for consecutive queue offsets, as on disk
+CQ_RUN_SCHEMA = pa.schema(
+    [
+        ("segment", pa.string()),  # commitlog file the run comes from
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),  # of the run's first unit
+        ("count", pa.int64()),  # units in data
+        ("data", pa.binary()),  # 20-byte ConsumeQueue units
+    ]
+)
 
-RECORD_SCHEMA = pa.schema(
+#: one row per message record (catalog and audit)
+MESSAGE_SCHEMA = pa.schema(
     [
         ("segment", pa.string()),  # commitlog file name (20-digit start offset)
-        ("kind", pa.int8()),
-        ("commitlog_offset", pa.int64()),  # record / end-of-records / damaged record offset
+        ("commitlog_offset", pa.int64()),
         ("size", pa.int32()),  # TOTALSIZE
         ("topic", pa.string()),
         ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),  # kind 3: queue offset of the first unit
+        ("queue_offset", pa.int64()),
         ("sys_flag", pa.int32()),
         ("tags_code", pa.int64()),
         ("tags", pa.string()),
@@ -34,27 +43,14 @@ RECORD_SCHEMA = pa.schema(
         ("store_timestamp", pa.int64()),
         ("to_consume_queue", pa.bool_()),
         ("crc_ok", pa.bool_()),
-        ("multi_dispatch", pa.bool_()),
         ("key_hashes", pa.list_(pa.int32())),  # IndexFile keyHash of each key, in put order
-        ("index_seq", pa.int64()),  # index entries before this record in its segment; kind 1: total
-        ("reason", pa.string()),  # kind 1: why records stop; kind 2: damage kind
-        ("detail", pa.string()),
-        ("messages", pa.int64()),  # kind 1: message records in the segment
-        ("last_store_timestamp", pa.int64()),  # kind 1: of the segment's last message
-        ("last_cq_store_timestamp", pa.int64()),  # kind 1: of its last ConsumeQueue-dispatched message
-        ("last_message_offset", pa.int64()),  # kind 1: commitlog offset of its last message record
-        ("worker_peak_rss", pa.int64()),  # kind 1: peak RSS of the Python worker after this segment (bytes)
-        ("count", pa.int64()),  # kind 3: units in data
-        ("data", pa.binary()),  # kind 3: ConsumeQueue units as on disk
     ]
 )
 
-#: input of the parse stage: one row per commitlog segment
-SEGMENT_SCHEMA = pa.schema(
-    [("uri", pa.string()), ("segment", pa.string()), ("start", pa.int64()), ("size", pa.int64())]
-)
+#: a scratch file of IndexFile entries: one per index key, in put order (internal)
+INDEX_ENTRY_DTYPE = [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")]
 
-#: one row per queue written by udfs.write.write_consume_queues
+#: one row per queue written by udfs.write.consume_queue_writer
 QUEUE_SUMMARY_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -67,7 +63,7 @@ QUEUE_SUMMARY_SCHEMA = pa.schema(
     ]
 )
 
-#: one row per IndexFile written by udfs.write.write_index_files
+#: one row per IndexFile written by udfs.write.index_file_writer
 INDEX_SUMMARY_SCHEMA = pa.schema(
     [
         ("file_no", pa.int64()),
@@ -81,5 +77,5 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
     ]
 )
 
-#: one row per IndexFile to build: where its entries are in the segments' scratch files
+#: one row per IndexFile to build: where its entries are in the parse tasks' scratch files
 INDEX_TASK_SCHEMA = pa.schema([("file_no", pa.int64()), ("plan", pa.string())])

@@ -10,11 +10,13 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.config import BrokerConfig
-from storelib.constants import HostileNameError
-from storelib.consumequeue import QueueFiles, queue_dir
-from storelib.findings import Finding
-from storelib.indexfile import IndexHeader, build_index_file_head, index_file_size
+from storelib.consumequeue import QueueFiles
+from storelib.errors import HostileNameError
+from storelib.findings import Finding, finding
+from storelib.indexfile import IndexHeader, IndexPlan, build_index_file_head, index_file_size
+from storelib.layout import queue_dir
 from udfs.fs import join, resolve, write_file
+from udfs.parse import index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
@@ -32,9 +34,7 @@ class _QueueWriter:
         try:
             self.dir = join(root, queue_dir(topic, queue_id))
         except HostileNameError as exc:
-            self.refused = Finding(
-                "hostile-topic-name", "error", "commitlog", exc.reason, topic=topic, queue_id=queue_id
-            )
+            self.refused = finding("hostile-topic-name", "commitlog", exc.reason, topic=topic, queue_id=queue_id)
 
     def add_run(self, first_queue_offset: int, units: bytes) -> None:
         if self.refused is None:
@@ -51,13 +51,12 @@ class _QueueWriter:
             findings.append(self.refused.to_dict())
         else:
             self._write(self.files.finish())
-        rel = f"consumequeue/{self.topic}/{self.queue_id}"
+        rel = "commitlog" if self.refused else queue_dir(self.topic, self.queue_id)
         for f in self.files.findings:
             what = "missing from" if f.kind == "queue-offset-gap" else "repeated in"
             findings.append(
-                Finding(
+                finding(
                     f.kind,
-                    "error",
                     rel,
                     f"{f.count} queue offset(s) from {f.queue_offset} {what} the commitlog",
                     topic=self.topic,
@@ -123,22 +122,21 @@ def read_entries(uri: str, first: int, stop: int) -> np.ndarray:
     return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
 
 
-def index_file_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
+def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap:
     """``mapInArrow`` over INDEX_TASK_SCHEMA rows: read each file's entries, build it, write it.
 
-    A row's ``plan`` (JSON) lists ``slices`` [scratch uri, first, stop] in put order and
-    ``inherited``: [scratch uri, position] of the previous file's last entry, whose
-    endPhyOffset/endTimestamp the file starts from (null: (0, 0), the first file).
-    Output: one INDEX_SUMMARY_SCHEMA row per file.
+    A row's ``plan`` is a storelib.indexfile.IndexPlan as JSON: the slices of the segments' scratch files
+    (udfs.parse.index_scratch_path) holding its entries, and the previous file's last entry, whose
+    endPhyOffset/endTimestamp the file starts from. Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
     size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
-    def build(file_no: int, plan: dict[str, object]) -> dict[str, object]:
-        e = np.concatenate([read_entries(*s) for s in plan["slices"]])
+    def build(file_no: int, plan: IndexPlan) -> dict[str, object]:
+        e = np.concatenate([read_entries(index_scratch_path(scratch, seg), a, b) for seg, a, b in plan.slices])
         inherited = (0, 0)
-        if plan["inherited"]:
-            uri, at = plan["inherited"]
-            last = read_entries(uri, at, at + 1)[0]
+        if plan.inherited:
+            seg, at = plan.inherited
+            last = read_entries(index_scratch_path(scratch, seg), at, at + 1)[0]
             inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
         header, head = build_index_file_head(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
@@ -147,7 +145,7 @@ def index_file_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            rows = [build(r["file_no"], json.loads(r["plan"])) for r in b.to_pylist()]
+            rows = [build(r["file_no"], IndexPlan.from_json(r["plan"])) for r in b.to_pylist()]
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SUMMARY_SCHEMA)
 

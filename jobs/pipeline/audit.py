@@ -1,0 +1,201 @@
+"""The audit on the driver: a live store against the index rebuilt from its commitlog.
+
+1. the rebuilt index: ``--rebuilt OUT`` (its rebuild.json), or a rebuild into the work directory;
+2. the commitlog parsed as it is now (one row per message; each segment's summary): the rebuild's scan
+   rules, whether the rebuilt index still describes these records (rebuilt-stale), and what the broker's
+   recovery would do with the log (storelib.audit.check_commitlog);
+3. ConsumeQueue: one task per queue reads the live and rebuilt files and classifies the queue;
+4. IndexFile: one task per file position; the live entries joined with the records; every key of every
+   indexed message looked up with the broker's lookup over the live files (sampled above ``index_sample``);
+5. report.json and report.html (jobs.audit_report).
+
+``--since-last`` audits only the tail: the segments from the one holding the commitlog max offset of the
+store's last clean run, the queues their messages touch, the IndexFiles covering them.
+Nothing is ever written into the live store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from jobs.pipeline.audit_index import audit_index
+from jobs.pipeline.audit_queues import audit_queues
+from jobs.pipeline.context import Run
+from jobs.pipeline.listing import in_use_finding, store_state
+from jobs.pipeline.rebuild import list_segments, parse_store, read_summaries, rebuild
+from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
+from storelib.checkpoint import Checkpoint
+from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
+from storelib.findings import Finding, is_divergence
+from storelib.layout import (
+    inside,
+)
+from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
+from storelib.segments import Segment, damage_findings, judge_ends
+from udfs.audit import read_checkpoint
+from udfs.fs import join, read_file, resolve
+
+DEFAULT_INDEX_SAMPLE = 200_000
+#: findings of rebuild.json that come from building the index, not from scanning the commitlog
+REBUILD_KINDS = ("duplicate-queue-offset", "queue-offset-gap", "segments-skipped", "hostile-topic-name")
+
+
+@dataclasses.dataclass
+class AuditResult:
+    findings: list[Finding]
+    summary: dict[str, Any]
+    exit_code: int
+    report: dict[str, Any]  # what report.json holds
+    repairs: list[dict[str, Any]]  # what ``rmqstore recover`` would change, file by file
+
+
+@dataclasses.dataclass
+class Audit:
+    """One audit run's state, handed from stage to stage."""
+
+    run: Run
+    store: str
+    rebuilt: str
+    report_dir: str | None
+    index_sample: int
+    scope: Scope
+    rebuild_report: dict[str, Any]
+    records: Any  # MESSAGE_SCHEMA rows of the audited segments
+    started: dt.datetime
+    t0: float
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    facts: list[SegmentFacts] = dataclasses.field(default_factory=list)
+    checkpoint: Checkpoint | None = None  # the live one
+    abort: bool = False
+
+    @property
+    def cfg(self) -> Any:
+        return self.run.cfg
+
+
+# --- the audit ----------------------------------------------------------------------------------
+
+
+def audit(
+    run: Run,
+    store: str,
+    rebuilt: str | None,
+    report_dir: str | None,
+    index_sample: int = DEFAULT_INDEX_SAMPLE,
+    since: dict[str, Any] | None = None,
+) -> AuditResult:
+    """Audit ``store`` against ``rebuilt`` (rebuilding into the work directory when None); write the report.
+
+    ``since``: the summary of the store's last clean run (jobs.history.last_clean_run); only the tail after it
+    is audited (storelib.audit.audit_scope).
+    """
+    t0 = time.monotonic()
+    _, store_path = resolve(store)
+    if report_dir is not None and inside(resolve(report_dir)[1], store_path):
+        raise CannotAudit(f"--report {report_dir} is inside the store: an audit never writes into a store")
+    before = store_state(store)
+    segments, listing = list_segments(store, run)
+    scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
+    audited = [s for s in segments if s.start >= scope.start]
+    with run.work_dir(report_dir or store) as work:
+        if rebuilt is None:
+            rebuilt = f"{work}/rebuilt"
+            try:
+                rebuild(run, store, rebuilt, on_error="skip-segment")
+            except DamageStop as exc:
+                raise CannotAudit(f"the commitlog could not be rebuilt: {exc}") from None
+        fs, root = resolve(rebuilt)
+        rebuild_report = json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+        records = parse_store(run, audited, "messages", f"{work}/scratch").persist()
+        try:
+            a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, records, before["at"], t0)
+            return _audit(a, audited, listing, work, before)
+        finally:
+            records.unpersist()
+
+
+def _audit(a: Audit, audited: list[Segment], listing: list[Finding], work: str, before: dict[str, Any]) -> AuditResult:
+    a.records.count()  # the parse: it leaves each segment's summary in the scratch directory
+    summaries = read_summaries(f"{work}/scratch", audited)
+    a.findings = listing + judge_ends(audited, summaries) + damage_findings(audited, summaries)
+    a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if f["kind"] in REBUILD_KINDS]
+    described = [s for s in a.rebuild_report["commitlog"]["segments"] if s["start"] >= a.scope.start]
+    stale = stale_finding(described, summaries)
+    if stale:
+        a.findings.append(stale)
+        return _finish(a, {}, [], [], EXIT_CANNOT)
+    _audit_commitlog(a, summaries)
+    queue_rows = audit_queues(a)
+    index_rows, keys = audit_index(a)
+    in_use = in_use_finding(before, store_state(a.store))
+    if in_use:
+        a.findings.append(in_use)
+    commitlog = a.rebuild_report["commitlog"]
+    counts = {
+        "commitlog": {k: commitlog[k] for k in ("messages", "min_offset", "max_offset")}
+        | {"segments": len(commitlog["segments"])},
+        "queues": {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r["status"] in ("ok", "info"))},
+        "index": {
+            "live_files": sum(1 for r in index_rows if r["live"]),
+            "rebuilt_files": sum(1 for r in index_rows if r["rebuilt"]),
+            **keys,
+        },
+    }
+    exit_code = EXIT_FINDINGS if any(is_divergence(f) for f in a.findings) else EXIT_OK
+    return _finish(a, counts, queue_rows, index_rows, exit_code)
+
+
+def _audit_commitlog(a: Audit, summaries: dict[str, Any]) -> None:
+    """What the broker's recovery would do with the log, from the checkpoint, abort and the damage found."""
+    commitlog = a.rebuild_report["commitlog"]
+    a.facts = [
+        SegmentFacts(s["file"], s["start"], s["messages"], s["end_offset"], s.get("first_store_timestamp", 0))
+        for s in commitlog["segments"]
+    ]
+    live = a.run.spark.sparkContext.parallelize([a.store], 1).map(read_checkpoint).collect()[0]
+    a.checkpoint = Checkpoint(**live["checkpoint"]) if live["checkpoint"] else None
+    a.abort = live["abort"]
+    a.findings += check_commitlog(
+        a.facts,
+        a.findings,
+        a.checkpoint,
+        a.abort,
+        a.cfg,
+        commitlog["max_offset"],
+        max((s.last_store_timestamp for s in summaries.values()), default=0),
+        max((s.last_cq_store_timestamp for s in summaries.values()), default=0),
+    )
+
+
+def _finish(
+    a: Audit, counts: dict[str, Any], queue_rows: list[dict[str, Any]], index_rows: list[dict[str, Any]], code: int
+) -> AuditResult:
+    from jobs.audit_report import write_reports
+
+    findings = sorted_findings(a.findings)
+    summary = audit_summary(findings, code, counts)
+    report = {
+        "format": AUDIT_FORMAT,
+        "run": {
+            "store": a.store,
+            "rebuilt": a.rebuilt,
+            "started_at": a.started.isoformat(),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "seconds": round(time.monotonic() - a.t0, 3),
+            "segments": [dataclasses.asdict(s) for s in a.facts],
+            "scope": a.scope.to_dict(),
+        },
+        "summary": summary,
+        "findings": [f.to_dict() for f in findings],
+        "queues": queue_rows,
+        "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
+        "repairs": a.repairs,
+    }
+    if a.report_dir is not None:
+        write_reports(a.report_dir, report)
+    return AuditResult(findings, summary, code, report, a.repairs)

@@ -1,0 +1,47 @@
+"""The small context every pipeline stage takes: the Spark session, the broker's settings, where to work."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from storelib.config import BrokerConfig
+from udfs.fs import resolve
+
+
+@dataclasses.dataclass
+class Run:
+    """One verb's run: ``work_root`` is the user's ``--work-dir`` (else work happens beside the output)."""
+
+    spark: Any
+    cfg: BrokerConfig
+    progress: bool = False
+    work_root: str | None = None
+    startup: float = 0.0  # seconds Spark took to start
+
+    @contextlib.contextmanager
+    def work_dir(self, beside: str) -> Iterator[str]:
+        """A new directory for what executors write and later stages read, on a filesystem every executor
+        sees: under ``--work-dir``, else next to ``beside`` (the output). Removed afterwards, even on failure."""
+        parent = self.work_root or posixpath.dirname(beside.rstrip("/")) or "."
+        uri = f"{parent.rstrip('/')}/.rmqstore-work-{uuid.uuid4().hex[:12]}"
+        fs, path = resolve(uri)
+        fs.create_dir(path, recursive=True)
+        try:
+            yield uri
+        finally:
+            if fs.get_file_info(path).type == pafs.FileType.Directory:
+                fs.delete_dir(path)
+
+
+def spark_schema(arrow_schema: Any) -> Any:
+    """The Spark schema of an Arrow schema (udfs.schema)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)

@@ -1,0 +1,104 @@
+"""Listing a store on the driver: names and sizes only (contents are read on executors), and its state."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from jobs.liveness import lock_held
+from storelib.findings import Finding, finding
+from storelib.layout import (
+    COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    is_index_name,
+    is_valid_topic,
+    parse_offset_name,
+    parse_queue_id,
+)
+from udfs.fs import join, list_files, resolve
+
+
+def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) -> list[pafs.FileInfo]:
+    """Directory entries of ``path``; names that are not UTF-8 are reported, not returned."""
+    out = []
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as exc:
+        findings.append(finding("unreadable-file", rel, f"cannot list: {exc}; not audited"))
+        return out
+    for info in infos:
+        try:
+            info.base_name  # noqa: B018 - pyarrow decodes the name here
+        except UnicodeDecodeError:
+            findings.append(finding("hostile-name", rel, "an entry whose name is not UTF-8; not read"))
+            continue
+        out.append(info)
+    return sorted(out, key=lambda i: i.base_name)
+
+
+def list_queues(store: str) -> tuple[dict[tuple[str, int], dict[str, int]], list[Finding]]:
+    """consumequeue/<topic>/<queueId>/<file>: {(topic, queueId): {file name: size}}, and hostile names."""
+    fs, root = resolve(store)
+    findings: list[Finding] = []
+    queues: dict[tuple[str, int], dict[str, int]] = {}
+    for t in _entries(fs, join(root, CONSUMEQUEUE), CONSUMEQUEUE, findings):
+        if not is_valid_topic(t.base_name) or t.type != pafs.FileType.Directory:
+            rel = f"{CONSUMEQUEUE}/{t.base_name!r}"
+            findings.append(
+                finding("hostile-name", rel, f"{t.base_name!r} is not a legal topic directory name; not read")
+            )
+            continue
+        rel = f"{CONSUMEQUEUE}/{t.base_name}"
+        for q in _entries(fs, t.path, rel, findings):
+            queue_id = parse_queue_id(q.base_name)
+            if queue_id is None or q.type != pafs.FileType.Directory:
+                message = "not a queueId directory; not read"
+                findings.append(finding("hostile-name", f"{rel}/{q.base_name!r}", message, topic=t.base_name))
+                continue
+            files = queues.setdefault((t.base_name, queue_id), {})
+            for f in _entries(fs, q.path, f"{rel}/{q.base_name}", findings):
+                if parse_offset_name(f.base_name) is not None and f.type == pafs.FileType.File:
+                    files[f.base_name] = f.size
+                else:
+                    where = f"{rel}/{q.base_name}/{f.base_name!r}"
+                    message = "not a ConsumeQueue file name; ignored"
+                    findings.append(finding("stray-file", where, message, topic=t.base_name, queue_id=queue_id))
+    return queues, findings
+
+
+def list_index(store: str) -> tuple[list[str], list[Finding]]:
+    """index/<yyyyMMddHHmmssSSS> names in load order (the broker sorts them by name)."""
+    fs, root = resolve(store)
+    findings: list[Finding] = []
+    names = []
+    for f in _entries(fs, join(root, INDEX), INDEX, findings):
+        if is_index_name(f.base_name) and f.type == pafs.FileType.File:
+            names.append(f.base_name)
+        else:
+            findings.append(finding("stray-file", f"{INDEX}/{f.base_name!r}", "not an IndexFile name; ignored"))
+    return names, findings
+
+
+def store_state(store: str) -> dict[str, Any]:
+    """What changes while a broker writes: commitlog sizes and modification times, and the lock."""
+    fs, root = resolve(store)
+    files = {i.base_name: (i.size, i.mtime_ns) for i in list_files(fs, join(root, COMMITLOG))}
+    return {"commitlog": files, "locked": lock_held(store), "at": dt.datetime.now(dt.UTC)}
+
+
+def in_use_finding(before: dict[str, Any], after: dict[str, Any]) -> Finding | None:
+    """store-in-use when the commitlog changed during the audit or a broker holds the lock."""
+    changed = sorted(
+        n
+        for n in set(before["commitlog"]) | set(after["commitlog"])
+        if before["commitlog"].get(n) != after["commitlog"].get(n)
+    )
+    if not changed and not after["locked"]:
+        return None
+    why = "the lock file is held by a running broker" if after["locked"] else ""
+    if changed:
+        why += ("; " if why else "") + f"commitlog files changed during the audit: {', '.join(changed[:5])}"
+    return finding("store-in-use", "lock" if after["locked"] else COMMITLOG, why, count=len(changed))

@@ -1,0 +1,137 @@
+"""Store names and paths: the one place that says what a file or directory of a store is called.
+
+A store root holds ``commitlog/<20-digit start offset>``, ``consumequeue/<topic>/<queueId>/<20-digit
+logical offset>``, ``index/<yyyyMMddHHmmssSSS>``, ``checkpoint``, ``abort`` and ``lock``. Names are ASCII
+digits only (``str.isdigit`` also accepts '²' and other scripts' digits, which the broker never writes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import posixpath
+import re
+
+from storelib.constants import TOPIC_MAX_LENGTH
+from storelib.errors import HostileNameError
+
+COMMITLOG = "commitlog"
+CONSUMEQUEUE = "consumequeue"
+INDEX = "index"
+CHECKPOINT = "checkpoint"
+ABORT = "abort"
+LOCK = "lock"
+
+OFFSET_NAME_DIGITS = 20  # commitlog and ConsumeQueue files: 20-digit zero-padded offset
+_OFFSET_NAME = re.compile(r"[0-9]{20}\Z")
+_INDEX_NAME = re.compile(r"[0-9]{17}\Z")  # yyyyMMddHHmmssSSS, the file's creation time
+_QUEUE_ID = re.compile(r"(0|[1-9][0-9]{0,9})\Z")
+_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
+INT32_MAX = 0x7FFFFFFF
+
+
+def offset_file_name(offset: int) -> str:
+    """A commitlog or ConsumeQueue file name: its start offset as 20 digits."""
+    return f"{offset:0{OFFSET_NAME_DIGITS}d}"
+
+
+def parse_offset_name(name: str) -> int | None:
+    """The start offset a commitlog or ConsumeQueue file name stands for, None when it is not such a name."""
+    return int(name) if _OFFSET_NAME.match(name) else None
+
+
+def is_index_name(name: str) -> bool:
+    return bool(_INDEX_NAME.match(name))
+
+
+def parse_queue_id(name: str) -> int | None:
+    """A queueId directory name: a decimal int32 written without leading zeros, else None."""
+    if not _QUEUE_ID.match(name) or int(name) > INT32_MAX:
+        return None
+    return int(name)
+
+
+def is_valid_topic(topic: str) -> bool:
+    """``TopicValidator``'s characters ``[%|a-zA-Z0-9_-]``, 1..255 of them.
+
+    Only ASCII is allowed, so characters are bytes and 255 is the filesystem's NAME_MAX;
+    topics over 127 characters are those the v2 record layout exists for.
+    """
+    return bool(_TOPIC.match(topic)) and len(topic) <= TOPIC_MAX_LENGTH
+
+
+def validate_topic(topic: str, where: str = "") -> str:
+    """The topic, when it is a legal name; anything else never becomes a path."""
+    if not is_valid_topic(topic):
+        raise HostileNameError(
+            f"illegal topic name {topic!r} (RocketMQ allows [%|a-zA-Z0-9_-], at most {TOPIC_MAX_LENGTH} characters)",
+            where,
+        )
+    return topic
+
+
+def queue_dir(topic: str, queue_id: int) -> str:
+    """``consumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
+    validate_topic(topic)
+    if not 0 <= queue_id <= INT32_MAX:
+        raise HostileNameError(f"illegal queueId {queue_id} for topic {topic!r}")
+    return f"{CONSUMEQUEUE}/{topic}/{queue_id}"
+
+
+def commitlog_file(name: str) -> str:
+    return f"{COMMITLOG}/{name}"
+
+
+def index_file(name: str) -> str:
+    return f"{INDEX}/{name}"
+
+
+def offset_layout_problems(starts: list[int], file_size: int) -> list[tuple[str, int, int]]:
+    """Where ascending offset-named files (commitlog segments, one queue's ConsumeQueue files) break
+    the layout: ("misaligned", start, 0) for a start that is not a multiple of ``file_size``, and
+    ("gap", start, expected) when the files from ``expected`` up to ``start`` are missing."""
+    out: list[tuple[str, int, int]] = []
+    expected = None
+    for start in starts:
+        if start % file_size:
+            out.append(("misaligned", start, 0))
+        if expected is not None and start != expected:
+            out.append(("gap", start, expected))
+        expected = start + file_size
+    return out
+
+
+def index_name(ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` (UTC) of a time in ms since the epoch."""
+    t = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return t.strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
+
+
+def index_name_ms(name: str) -> int:
+    """The time in ms an IndexFile name stands for (UTC)."""
+    t = datetime.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
+    return int(t.timestamp()) * 1000 + int(name[14:])
+
+
+def index_name_after(ms: int, previous: str | None) -> str:
+    """The name for a file whose time is ``ms``, moved 1 ms past ``previous`` when not after it (load order)."""
+    if previous is not None and ms <= index_name_ms(previous):
+        ms = index_name_ms(previous) + 1
+    return index_name(ms)
+
+
+def deterministic_index_names(first_timestamps: list[int]) -> list[str]:
+    """Rebuilt IndexFile names: each file's first entry's store time, kept strictly ascending.
+
+    The broker names a file by its wall-clock creation time, which the data cannot reproduce; this rule
+    gives the same names for the same data, sorted in the order the broker loads them.
+    """
+    names: list[str] = []
+    for ts in first_timestamps:
+        names.append(index_name_after(ts, names[-1] if names else None))
+    return names
+
+
+def inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it (both already normalised or resolved the same way)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")

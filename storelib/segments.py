@@ -1,0 +1,187 @@
+"""CommitLog segments as a whole: which files make up the log, and how to judge where each one's records stop.
+
+Segments are named by their 20-digit start offset and are all ``mappedFileSizeCommitLog`` bytes. Before the
+last segment holding messages only a BLANK (or records to the very end) is a normal end; after it, zero
+tails are preallocated space and a torn record is the crash tail the broker would truncate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+
+from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_UNREADABLE, END_ZERO_TAIL
+from storelib.config import BrokerConfig
+from storelib.findings import Finding, finding
+from storelib.layout import commitlog_file, offset_file_name, offset_layout_problems, parse_offset_name
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One commitlog segment file: where to read it, its name, start offset and size."""
+
+    uri: str
+    name: str
+    start: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Damage:
+    """A record that failed a check (kind: crc-mismatch, length-mismatch, bad-delay-level)."""
+
+    kind: str
+    commitlog_offset: int
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentSummary:
+    """What a parse task says about one segment: where and why its records stop, counts and timestamps."""
+
+    segment: str
+    end_reason: str
+    end_offset: int  # commitlog offset where the valid records end
+    detail: str
+    messages: int
+    index_entries: int  # IndexFile entries the segment's records put
+    first_store_timestamp: int  # of its first message, 0 when it has none
+    last_store_timestamp: int
+    last_cq_store_timestamp: int  # of its last ConsumeQueue-dispatched message
+    last_message_offset: int  # -1 when it has no message
+    worker_peak_rss: int  # bytes, the parsing Python worker's peak
+    fingerprint: str  # of the records read: rebuilt-stale when a later parse of the segment differs
+    damage: tuple[Damage, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, object]) -> SegmentSummary:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in row.items() if k in fields}
+        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, text: str) -> SegmentSummary:
+        return cls.from_row(json.loads(text))
+
+    def without_messages(self) -> SegmentSummary:
+        """The summary of a segment left out of the index (``--on-error skip-segment``)."""
+        return dataclasses.replace(self, messages=0, index_entries=0, last_message_offset=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedFile:
+    """A file found in ``commitlog/``: name, size and where to read it."""
+
+    name: str
+    size: int
+    uri: str
+
+
+def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list[Segment], list[Finding]]:
+    """The segments in offset order, and findings about stray names, gaps, misaligned names and sizes."""
+    findings: list[Finding] = []
+    segments: list[Segment] = []
+    for f in listed:
+        start = parse_offset_name(f.name)
+        if start is None:
+            findings.append(finding("stray-file", commitlog_file(f.name), "not a commitlog segment name; ignored"))
+        else:
+            segments.append(Segment(f.uri, f.name, start, f.size))
+    segments.sort(key=lambda s: s.start)
+    findings += _layout_findings(segments, cfg.mappedFileSizeCommitLog)
+    return segments, findings
+
+
+def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
+    out = []
+    for kind, start, expected in offset_layout_problems([s.start for s in segments], seg_size):
+        rel = commitlog_file(offset_file_name(start))
+        if kind == "misaligned":
+            message = f"start offset is not a multiple of mappedFileSizeCommitLog {seg_size}"
+            out.append(finding("segment-misaligned", rel, message, commitlog_offset=start))
+        else:
+            message = (
+                f"{(start - expected) // seg_size} segment(s) missing before this one: commitlog offsets "
+                f"{expected} to {start} are not in the store"
+            )
+            out.append(finding("segment-gap", rel, message, commitlog_offset=expected, count=start - expected))
+    for s in segments:
+        if s.size != seg_size:
+            out.append(
+                finding(
+                    "segment-size",
+                    commitlog_file(s.name),
+                    f"segment is {s.size} bytes, mappedFileSizeCommitLog is {seg_size}",
+                    commitlog_offset=s.start,
+                    expected=str(seg_size),
+                    actual=str(s.size),
+                )
+            )
+    return out
+
+
+def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
+    """How each segment's records stop, judged by its place in the log (see the module docstring)."""
+    findings = []
+    with_messages = [i for i, s in enumerate(segments) if summaries[s.name].messages > 0]
+    last = with_messages[-1] if with_messages else -1
+    for i, seg in enumerate(segments):
+        s = summaries[seg.name]
+        rel = commitlog_file(seg.name)
+        where = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
+        if s.end_reason == END_UNREADABLE:
+            findings.append(finding("unreadable-file", rel, s.detail, commitlog_offset=seg.start))
+        elif i < last and s.end_reason not in (END_BLANK, END_EOF):
+            message = f"records stop at {s.end_offset} ({s.end_reason}) in the middle of the log: {s.detail}"
+            findings.append(finding(f"segment-{s.end_reason}", rel, message.rstrip(": "), **where))
+        elif i >= last and s.end_reason not in (END_ZERO_TAIL, END_EOF, END_BLANK):
+            message = (
+                f"the log ends with a damaged record at {s.end_offset} ({s.end_reason}): {s.detail}; "
+                "the broker would truncate here"
+            )
+            findings.append(finding("commitlog-torn-tail", rel, message, **where))
+    return findings
+
+
+def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
+    """One finding per damaged record: a CRC mismatch is kept (it frames correctly), the others are not."""
+    out = []
+    for seg in segments:
+        for d in summaries[seg.name].damage:
+            what = "kept: the record frames correctly and is dispatched" if d.kind == DAMAGE_CRC else "not dispatched"
+            out.append(
+                finding(
+                    d.kind,
+                    commitlog_file(seg.name),
+                    f"{d.detail} ({what})",
+                    commitlog_offset=d.commitlog_offset,
+                    file_offset=d.commitlog_offset - seg.start,
+                )
+            )
+    return out
+
+
+def max_offset(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> int:
+    """The end of the last valid record (the commitlog's max offset); the first start when no message."""
+    with_messages = [s for s in segments if summaries[s.name].messages > 0]
+    return summaries[with_messages[-1].name].end_offset if with_messages else segments[0].start
+
+
+def plan_parse_tasks(segments: list[Segment], target_bytes: int) -> list[list[Segment]]:
+    """Consecutive segments grouped into tasks of about ``target_bytes`` (a bigger segment is a task alone),
+    in offset order: small segments do not each pay a task's fixed cost."""
+    tasks: list[list[Segment]] = []
+    size = 0
+    for s in segments:
+        if tasks and size + s.size <= target_bytes:
+            tasks[-1].append(s)
+            size += s.size
+        else:
+            tasks.append([s])
+            size = s.size
+    return tasks
