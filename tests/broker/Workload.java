@@ -97,22 +97,24 @@ public class Workload {
         long lastTxMs = 0;
         for (int n = 0; n < sends && failures < 3; n++) {
             int r = rnd.nextInt(1000);
+            String kind = r < 800 ? "order" : r < 860 ? "log" : r < 905 ? "batch" : r < 950 ? "batchcq" : "tx";
             Map<String, Object> rec = new LinkedHashMap<>();
+            rec.put("kind", kind);
             rec.put("n", n);
             try {
-                if (r < 800) {
-                    send(producer, rec, "order", order(n, rec));
-                } else if (r < 860) {
-                    send(producer, rec, "log", message("TopicLogs", "log", "LOG-" + n, 20 + rnd.nextInt(3000)));
-                } else if (r < 905) {
-                    sendBatch(producer, rec, "batch", "TopicPayments", "pay", n, 2 + rnd.nextInt(6));
-                } else if (r < 950) {
-                    sendBatch(producer, rec, "batchcq", "TopicBatchCQ", "bcq", n, 2 + rnd.nextInt(8));
+                if (kind.equals("order")) {
+                    send(producer, rec, order(n, rec));
+                } else if (kind.equals("log")) {
+                    send(producer, rec, message("TopicLogs", "log", "LOG-" + n, 20 + rnd.nextInt(3000)));
+                } else if (kind.equals("batch")) {
+                    sendBatch(producer, rec, "TopicPayments", "pay", n, 2 + rnd.nextInt(6));
+                } else if (kind.equals("batchcq")) {
+                    sendBatch(producer, rec, "TopicBatchCQ", "bcq", n, 2 + rnd.nextInt(8));
                 } else {
                     Message m = message("TopicTx", "tx", "TX-" + n, 100 + rnd.nextInt(400));
                     TransactionSendResult res = txProducer.sendMessageInTransaction(m, n);
                     rec.put("localState", String.valueOf(res.getLocalTransactionState()));
-                    record(rec, "tx", res, List.of(m));
+                    record(rec, res, List.of(m));
                     lastTxMs = System.currentTimeMillis();
                 }
                 failures = 0;
@@ -223,29 +225,27 @@ public class Workload {
         return m;
     }
 
-    void send(DefaultMQProducer producer, Map<String, Object> rec, String kind, Message m) throws Exception {
-        record(rec, kind, producer.send(m), List.of(m));
+    void send(DefaultMQProducer producer, Map<String, Object> rec, Message m) throws Exception {
+        record(rec, producer.send(m), List.of(m));
     }
 
-    void sendBatch(DefaultMQProducer producer, Map<String, Object> rec, String kind, String topic, String tags, int n, int size)
+    void sendBatch(DefaultMQProducer producer, Map<String, Object> rec, String topic, String tags, int n, int size)
             throws Exception {
         List<Message> batch = new ArrayList<>();
         for (int i = 0; i < size; i++) {
-            String keys = kind.equals("batch") ? "PAY-" + n + "-" + i + " ORD-" + n : "BCQ-" + n + "-" + i;
+            String keys = topic.equals("TopicPayments") ? "PAY-" + n + "-" + i + " ORD-" + n : "BCQ-" + n + "-" + i;
             batch.add(message(topic, tags, keys, 30 + rnd.nextInt(300)));
         }
-        record(rec, kind, producer.send(batch), batch);
+        record(rec, producer.send(batch), batch);
     }
 
     /** One sent.jsonl line: the client's SendResult, with the KEYS of each message and the TAGS as sent. */
-    void record(Map<String, Object> rec, String kind, SendResult res, List<Message> msgs) {
+    void record(Map<String, Object> rec, SendResult res, List<Message> msgs) {
         List<Object> keys = new ArrayList<>();
         for (Message m : msgs) {
             keys.add(m.getKeys());
         }
-        Map<String, Object> line = new LinkedHashMap<>();
-        line.put("kind", kind);
-        line.putAll(rec);
+        Map<String, Object> line = new LinkedHashMap<>(rec);
         line.put("status", String.valueOf(res.getSendStatus()));
         line.put("msgId", res.getMsgId());
         line.put("topic", res.getMessageQueue().getTopic());
@@ -267,8 +267,9 @@ public class Workload {
         DefaultMQPullConsumer consumer = new DefaultMQPullConsumer("wl-served");
         consumer.setNamesrvAddr(a.get("namesrv"));
         consumer.start();
-        consumer.fetchSubscribeMessageQueues("TopicOrders");
-        for (String q : a.get("queues").split(",")) {
+        String[] queues = a.get("queues").split(",");
+        loadRoutes(consumer, queues);
+        for (String q : queues) {
             int slash = q.lastIndexOf('/');
             MessageQueue mq = new MessageQueue(q.substring(0, slash), a.get("brokerName"), Integer.parseInt(q.substring(slash + 1)));
             Map<String, Object> head = new LinkedHashMap<>();
@@ -291,6 +292,29 @@ public class Workload {
         consumer.shutdown();
     }
 
+    /**
+     * Waits (at most 60 s; 5.3.3 registers ~10 s after boot) until a route of the queues' topics loads: LMQ queues
+     * have no route of their own and are pulled through the broker address the others bring.
+     */
+    static void loadRoutes(DefaultMQPullConsumer consumer, String[] queues) throws Exception {
+        var factory = consumer.getDefaultMQPullConsumerImpl().getRebalanceImpl().getmQClientFactory();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (true) {
+            boolean routed = false;
+            for (String q : queues) {
+                String topic = q.substring(0, q.lastIndexOf('/'));
+                routed |= !topic.startsWith("%LMQ%") && factory.updateTopicRouteInfoFromNameServer(topic);
+            }
+            if (routed) {
+                return;
+            }
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("no topic route after 60 s");
+            }
+            Thread.sleep(250);
+        }
+    }
+
     static void pullAll(DefaultMQPullConsumer consumer, MessageQueue mq, long min, long max, PrintWriter out) throws Exception {
         long offset = min;
         while (offset < max) {
@@ -310,6 +334,8 @@ public class Workload {
                     line.put("offsetMsgId", m instanceof MessageClientExt ? ((MessageClientExt) m).getOffsetMsgId() : null);
                     line.put("keys", m.getKeys());
                     line.put("tags", m.getTags());
+                    line.put("multiDispatch", m.getProperty("INNER_MULTI_DISPATCH"));
+                    line.put("multiQueueOffset", m.getProperty("INNER_MULTI_QUEUE_OFFSET"));
                     out.println(json(line));
                 }
             }

@@ -16,6 +16,7 @@ Command line: `python -m tests.broker.harness VERSION VARIANT` builds one store 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import json
 import os
@@ -111,7 +112,13 @@ class BrokerStore:
 
     @property
     def sent(self) -> list[dict]:
+        """What the client got back, one line per send (Workload.java: kind, n, status, msgId, topic, ...)."""
         return read_jsonl(self.dir / "sent.jsonl")
+
+    @property
+    def served(self) -> list[dict]:
+        """kill9 only: what a broker served from this store after its crash recovery (see `served`)."""
+        return read_jsonl(self.dir / "served.jsonl")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -160,7 +167,10 @@ def workload_classes(version: str) -> Path:
         tmp.mkdir(parents=True, exist_ok=True)
         cp = f"{broker_lib(version)}/*"
         _run_checked(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), str(src)], timeout=300)
-        tmp.replace(out)
+        try:
+            tmp.replace(out)
+        except OSError:  # another process compiled it first
+            shutil.rmtree(tmp)
     return out
 
 
@@ -315,11 +325,39 @@ def store_settings(version: str, variant: str) -> dict[str, str]:
 
 
 def build_store(version: str, variant: str = "default") -> BrokerStore:
-    """The cached store of (version, variant, sources hash), written by the real broker now if absent."""
+    """The cached store of (version, variant, sources hash), written by the real broker now if absent.
+    One build at a time per cache (a file lock): sessions sharing the cache wait for each other's store."""
     settings = store_settings(version, variant)
     final = CACHE / "stores" / f"{version}-{variant}-{sources_hash()}"
-    if (final / "COMPLETE").is_file():
-        return BrokerStore(version, variant, final, float((final / "COMPLETE").read_text() or 0))
+    with _cache_lock(timeout=900):
+        if not (final / "COMPLETE").is_file():
+            _build(version, variant, settings, final)
+    return BrokerStore(version, variant, final, float((final / "COMPLETE").read_text()))
+
+
+@contextmanager
+def _cache_lock(timeout: float) -> Iterator[None]:
+    """An exclusive flock on <cache>/stores/.lock, waited for at most `timeout` s."""
+    path = CACHE / "stores" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        wait_for("the store cache lock", lambda: _try_lock(f.fileno()), timeout)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _build(version: str, variant: str, settings: dict[str, str], final: Path) -> None:
+    """Write the store in a scratch directory next to `final`, then rename it into place."""
     work = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     began = time.monotonic()
@@ -334,7 +372,6 @@ def build_store(version: str, variant: str = "default") -> BrokerStore:
     (work / "COMPLETE").write_text(f"{seconds}\n")
     shutil.rmtree(final, ignore_errors=True)
     work.replace(final)
-    return BrokerStore(version, variant, final, seconds)
 
 
 def _send_workload(broker: Running, work: Path, kill9: bool) -> None:
@@ -365,8 +402,11 @@ def _write_conf(path: Path, settings: dict[str, str], version: str) -> None:
 
 
 def served(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[dict]:
-    """What a broker serves from a COPY of `store_dir` after its recovery: per queue a `queue` line (minOffset,
-    maxOffset) and a `message` line per message pulled (queueOffset, commitLogOffset, topic, queueId, msgId, ...).
+    """What a broker serves from a COPY of `store_dir` after its recovery, for every consumequeue/ and
+    batchconsumequeue/ directory of the store: a `queue` line (topic, queueId, minOffset, maxOffset, or error),
+    then a `message` line per message a pull consumer gets from minOffset to maxOffset (topic/queueId of the queue,
+    pullOffset = where that pull began, queueOffset/commitLogOffset/msgTopic/msgQueueId as the client decodes the
+    record, msgId (UNIQ_KEY), offsetMsgId, keys, tags, multiDispatch/multiQueueOffset (LMQ properties)).
     `settings` defaults to the broker.conf beside the store."""
     settings = settings or read_properties(store_dir.parent / "broker.conf")
     run_dir = CACHE / "served-runs" / f"{version}-{os.getpid()}-{time.time_ns()}"
