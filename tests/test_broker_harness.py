@@ -52,3 +52,14 @@ def test_5_5_0_plain_topic_queues_hold_every_acked_send(broker_store) -> None:  
         offsets = sorted(s["queueOffset"] for s in sent if s["topic"] == "TopicLogs" and s["queueId"] == queue_id)
         assert offsets == list(range(len(units)))
         assert len({u[0] for u in units}) == len(units)
+
+
+def test_5_5_0_kill9_broker_serves_every_acked_send_after_recovery(broker_store) -> None:  # noqa: F811
+    store = broker_store("5.5.0", "kill9")
+    assert (store.root / "abort").is_file()
+    assert store.sent[-1]["status"] == "EXCEPTION"
+    acked = {s["msgId"] for s in store.sent if s["status"] == "SEND_OK" and s["topic"] == "TopicLogs"}
+    queues = [q for q in store.served if q["kind"] == "queue" and q["topic"] == "TopicLogs"]
+    assert [q.get("error") for q in queues] == [None] * 4
+    served = {m["msgId"] for m in store.served if m["kind"] == "message" and m["topic"] == "TopicLogs"}
+    assert acked and acked == served
