@@ -64,6 +64,15 @@ STORE_SETTINGS = {
     "enabledAppendPropCRC": "false",
     "storeType": "default",
 }
+# variants whose store gets served.jsonl (kill9: the oracle for recovery; rocksdb: no ConsumeQueue files to read)
+SERVED_VARIANTS = ("kill9", "rocksdb")
+# the broker's own queues a store may hold besides those the workload sends to
+SYSTEM_QUEUES = [
+    "RMQ_SYS_TRANS_HALF_TOPIC/0",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC/0",
+    "rmq_sys_wheel_timer/0",
+    *(f"SCHEDULE_TOPIC_XXXX/{queue_id}" for queue_id in range(18)),  # one queue per delay level
+]
 SENDS = 1200
 SEED = 7
 KILL9_AFTER_SENDS = 700
@@ -366,9 +375,8 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path) ->
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)
-    if variant == "kill9":
-        served_lines = served(version, work / "store", settings)
-        (work / "served.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in served_lines))
+    if variant in SERVED_VARIANTS:
+        write_served(version, work, settings)
     (work / "COMPLETE").write_text(f"{seconds}\n")
     shutil.rmtree(final, ignore_errors=True)
     work.replace(final)
@@ -401,18 +409,27 @@ def _write_conf(path: Path, settings: dict[str, str], version: str) -> None:
     path.write_text(header + "".join(f"{k}={v}\n" for k, v in settings.items()))
 
 
+def write_served(version: str, store: Path, settings: dict[str, str] | None = None) -> None:
+    """`store`/served.jsonl: what a broker serves from a copy of `store`/store (written by rename)."""
+    lines = served(version, store / "store", settings)
+    tmp = store / "served.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    tmp.replace(store / "served.jsonl")
+
+
 def served(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[dict]:
     """What a broker serves from a COPY of `store_dir` after its recovery, for every consumequeue/ and
     batchconsumequeue/ directory of the store: a `queue` line (topic, queueId, minOffset, maxOffset, or error),
     then a `message` line per message a pull consumer gets from minOffset to maxOffset (topic/queueId of the queue,
     pullOffset = where that pull began, queueOffset/commitLogOffset/msgTopic/msgQueueId as the client decodes the
     record, msgId (UNIQ_KEY), offsetMsgId, keys, tags, multiDispatch/multiQueueOffset (LMQ properties)).
-    `settings` defaults to the broker.conf beside the store."""
+    A store without queue directories (RocksDB ConsumeQueue) is asked for the queues of the sent.jsonl beside it,
+    their LMQ queues and SYSTEM_QUEUES. `settings` defaults to the broker.conf beside the store."""
     settings = settings or read_properties(store_dir.parent / "broker.conf")
     run_dir = CACHE / "served-runs" / f"{version}-{os.getpid()}-{time.time_ns()}"
     try:
         shutil.copytree(store_dir, run_dir / "store")
-        queues = ",".join(_store_queues(run_dir / "store"))
+        queues = ",".join(_store_queues(run_dir / "store") or _sent_queues(store_dir.parent / "sent.jsonl"))
         with running_broker(version, run_dir, settings) as broker:
             broker.run_workload("served", f"out={run_dir / 'served.jsonl'}", f"queues={queues}", timeout=120)
         return read_jsonl(run_dir / "served.jsonl")
@@ -424,6 +441,14 @@ def _store_queues(root: Path) -> list[str]:
     """topic/queueId of every ConsumeQueue and BatchConsumeQueue directory of a store."""
     queues = [*root.glob("consumequeue/*/*"), *root.glob("batchconsumequeue/*/*")]
     return sorted({f"{q.parent.name}/{q.name}" for q in queues})
+
+
+def _sent_queues(sent: Path) -> list[str]:
+    """topic/queueId of every acknowledged send, its LMQ queues (queueId 0) and SYSTEM_QUEUES."""
+    lines = read_jsonl(sent)
+    queues = {f"{s['topic']}/{s['queueId']}" for s in lines if s["status"] == "SEND_OK"}
+    queues |= {f"{name}/0" for s in lines if "lmq" in s for name in s["lmq"].split(",")}
+    return sorted(queues | set(SYSTEM_QUEUES))
 
 
 if __name__ == "__main__":
