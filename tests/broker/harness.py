@@ -126,7 +126,7 @@ class BrokerStore:
 
     @property
     def served(self) -> list[dict]:
-        """kill9 only: what a broker served from this store after its crash recovery (see `served`)."""
+        """kill9 and rocksdb stores: what a broker served from a copy of this store after its recovery (`served`)."""
         return read_jsonl(self.dir / "served.jsonl")
 
 
@@ -383,7 +383,7 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path) ->
 
 
 def _send_workload(broker: Running, work: Path, kill9: bool) -> None:
-    """The seeded workload; kill9: kill -9 the broker once KILL9_AFTER_SENDS sends are acknowledged."""
+    """The seeded workload; kill9: kill -9 the broker once KILL9_AFTER_SENDS sends are in sent.jsonl."""
     args = [f"out={work / 'sent.jsonl'}", f"seed={SEED}", f"sends={SENDS}"]
     args += [f"batchcq={broker.version >= '5'}", f"timer={broker.version >= '5'}"]
     if not kill9:
