@@ -1,0 +1,456 @@
+"""Stores written by the REAL RocketMQ broker (the oracle for byte-for-byte tests), and what a broker serves.
+
+`build_store(version, variant)` fetches the release jars with Maven, starts NamesrvStartup and BrokerStartup on
+free loopback ports, sends the seeded Java workload (Workload.java) with the real client, lets delays, timers and
+transaction checks run, and stops the broker (SIGTERM: its shutdown hook; variant kill9: kill -9 in the middle
+of the send burst). The result is cached under `<cache>/stores/<version>-<variant>-<hash>/` (`store/`,
+`broker.conf`, `sent.jsonl`, `COMPLETE`, `logs/`; kill9 also `served.jsonl`); `<cache>` is $RMQSTORE_CACHE or
+~/.cache/rmq-store-rebuild, `<hash>` covers the workload, the pom and the harness settings.
+`served(version, store_dir)` starts a broker on a copy of a store and dumps every queue's min/max offset and the
+messages it returns.
+
+Every process runs in its own process group and is killed at the end (finally + atexit); every wait is bounded.
+Command line: `python -m tests.broker.harness VERSION VARIANT` builds one store and prints its path.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
+
+# broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1)
+VERSIONS = {"5.5.0": "5.5.0", "5.3.3": "5.3.3", "4.9.7": "4.9.8"}
+# variant -> broker settings on top of STORE_SETTINGS, and the versions it is made for
+VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "default": ({}, tuple(VERSIONS)),
+    "crc": ({"enabledAppendPropCRC": "true"}, ("5.5.0", "5.3.3")),
+    "rocksdb": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
+    "kill9": ({}, tuple(VERSIONS)),
+}
+# The store settings (those of /work/shared/fixtures/rocketmq-5.5.0-sample) written to the cached broker.conf.
+STORE_SETTINGS = {
+    "brokerClusterName": "OracleCluster",
+    "brokerName": "oracle-a",
+    "brokerId": "0",
+    "mappedFileSizeCommitLog": "65536",
+    "mappedFileSizeConsumeQueue": "6000",
+    "maxHashSlotNum": "500",
+    "maxIndexNum": "2000",
+    "flushDiskType": "SYNC_FLUSH",
+    "autoCreateTopicEnable": "true",
+    "defaultTopicQueueNums": "4",
+    "enableMultiDispatch": "true",
+    "enableLmq": "true",
+    "messageDelayLevel": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+    "transactionCheckInterval": "2000",
+    "transactionTimeOut": "3000",
+    "transactionOpBatchInterval": "200",
+    "enabledAppendPropCRC": "false",
+    "storeType": "default",
+}
+# variants whose store gets served.jsonl (kill9: the oracle for recovery; rocksdb: no ConsumeQueue files to read)
+SERVED_VARIANTS = ("kill9", "rocksdb")
+# the broker's own queues a store may hold besides those the workload sends to
+SYSTEM_QUEUES = [
+    "RMQ_SYS_TRANS_HALF_TOPIC/0",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC/0",
+    "rmq_sys_wheel_timer/0",
+    *(f"SCHEDULE_TOPIC_XXXX/{queue_id}" for queue_id in range(18)),  # one queue per delay level
+]
+SENDS = 1200
+SEED = 7
+KILL9_AFTER_SENDS = 700
+JVM_OPTS = [
+    "-Xms256m",
+    "-Xmx512m",
+    "-XX:MaxDirectMemorySize=512m",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+]
+# 4.9.x reads its logback configuration from $ROCKETMQ_HOME/conf and exits without one.
+LOGBACK_XML = """<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>${user.home}/logs/%s.log</file>
+    <encoder><pattern>%%d %%-5level [%%thread] %%logger{20} - %%msg%%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+_RUNNING: set[subprocess.Popen] = set()
+
+
+class HarnessError(RuntimeError):
+    """The real broker could not be fetched, started, fed or stopped as planned."""
+
+
+@dataclass(frozen=True)
+class BrokerStore:
+    """A store the real broker wrote: `root` is the store root (commitlog/, consumequeue/, index/, checkpoint...)."""
+
+    version: str
+    variant: str
+    dir: Path
+    seconds: float
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "store"
+
+    @property
+    def broker_conf(self) -> Path:
+        return self.dir / "broker.conf"
+
+    @property
+    def sent(self) -> list[dict]:
+        """What the client got back, one line per send (Workload.java: kind, n, status, msgId, topic, ...)."""
+        return read_jsonl(self.dir / "sent.jsonl")
+
+    @property
+    def served(self) -> list[dict]:
+        """kill9 and rocksdb stores: what a broker served from a copy of this store after its recovery (`served`)."""
+        return read_jsonl(self.dir / "served.jsonl")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """One JSON object per line."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """key=value lines of a broker.conf (comments and blank lines skipped)."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def sources_hash() -> str:
+    """What defines a store: Workload.java, the pom and the harness settings (edits elsewhere keep the cache)."""
+    h = hashlib.sha256()
+    for name in ("Workload.java", "pom.xml"):
+        h.update((HERE / name).read_bytes())
+    settings = [VERSIONS, VARIANTS, STORE_SETTINGS, SENDS, SEED, KILL9_AFTER_SENDS, JVM_OPTS]
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return h.hexdigest()[:12]
+
+
+def java_available() -> str | None:
+    """None when java, javac and mvn are on PATH, else what is missing (a reason to skip)."""
+    missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
+    return f"not on PATH: {', '.join(missing)}" if missing else None
+
+
+def broker_lib(version: str) -> Path:
+    """The broker, namesrv and client jars with their dependencies (mvn dependency:copy-dependencies, once)."""
+    lib = CACHE / "broker" / version / "lib"
+    if not list(lib.glob(f"rocketmq-broker-{version}.jar")):
+        cmd = ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"]
+        cmd += [f"-Drmq.broker.version={version}", f"-Drmq.client.version={VERSIONS[version]}", f"-Drmq.lib={lib}"]
+        _run_checked(cmd, timeout=900)
+    return lib
+
+
+def workload_classes(version: str) -> Path:
+    """Workload.java compiled against this version's client jars (once per source hash)."""
+    src = HERE / "Workload.java"
+    out = CACHE / "broker" / version / f"workload-{hashlib.sha256(src.read_bytes()).hexdigest()[:12]}"
+    if not (out / "Workload.class").is_file():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        cp = f"{broker_lib(version)}/*"
+        _run_checked(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), str(src)], timeout=300)
+        try:
+            tmp.replace(out)
+        except OSError:  # another process compiled it first
+            shutil.rmtree(tmp)
+    return out
+
+
+def _run_checked(cmd: list[str], timeout: float) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if res.returncode:
+        raise HarnessError(f"{cmd[0]} failed ({res.returncode}): {(res.stdout + res.stderr)[-2000:]}")
+
+
+def free_broker_port() -> int:
+    """A listenPort whose fastListenPort (port-2) and HA port (port+1) are free on 127.0.0.1 too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 1026 and all(_port_free(p) for p in (port - 2, port - 1, port, port + 1)):
+            return port
+    raise HarnessError("no free block of loopback ports")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A process in its own process group, output to `log`, remembered for the atexit cleanup."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        env = {**os.environ, **(env or {})}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
+    _RUNNING.add(proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Signal the process group, wait at most `timeout` s, then kill -9 it."""
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    _RUNNING.discard(proc)
+
+
+@atexit.register
+def _kill_all() -> None:
+    for proc in list(_RUNNING):
+        stop(proc, signal.SIGKILL, timeout=5)
+
+
+def wait_for(what: str, ready, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Poll `ready()` every 0.2 s for at most `timeout` s; fail early when `proc` died."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc is not None and proc.poll() is not None:
+            raise HarnessError(f"{what}: the process exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{what}: not ready after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Running:
+    """A namesrv and broker pair on loopback."""
+
+    version: str
+    run_dir: Path
+    namesrv_addr: str
+    broker_addr: str
+    broker_name: str
+    broker: subprocess.Popen
+
+    def workload(self, mode: str, *args: str) -> list[str]:
+        """The command line of Workload.java's `mode` against this broker."""
+        cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
+        addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
+        return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, "Workload", mode, *addrs, *args]
+
+    def run_workload(self, mode: str, *args: str, timeout: float) -> None:
+        """Workload.java's `mode` to its end, at most `timeout` s; its output goes to logs/<mode>.out."""
+        proc = start(self.workload(mode, *args), self.run_dir / "logs" / f"{mode}.out", self.run_dir)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise HarnessError(f"{mode}: not done after {timeout:.0f} s") from e
+        finally:
+            stop(proc, signal.SIGKILL, timeout=5)
+        if proc.returncode:
+            raise HarnessError(f"{mode} exited with {proc.returncode}; see {self.run_dir}/logs/{mode}.out")
+
+
+@contextmanager
+def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Iterator[Running]:
+    """NamesrvStartup and BrokerStartup -c broker.conf, store root `run_dir/store`; both killed on exit."""
+    lib = broker_lib(version)
+    conf = run_dir / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    for name in ("broker", "namesrv"):
+        (conf / f"logback_{name}.xml").write_text(LOGBACK_XML % name)
+    ns_port, port = free_broker_port(), free_broker_port()
+    (conf / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
+    run = {"brokerIP1": "127.0.0.1", "listenPort": str(port), "namesrvAddr": f"127.0.0.1:{ns_port}"}
+    run["storePathRootDir"] = str(run_dir / "store")
+    run["storePathCommitLog"] = str(run_dir / "store" / "commitlog")
+    (conf / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in {**settings, **run}.items()))
+    procs = [_start_server(run_dir, lib, "namesrv.NamesrvStartup", conf / "namesrv.conf")]
+    try:
+        wait_for("namesrv", lambda: _listening(ns_port), 60, procs[0])
+        procs.append(_start_server(run_dir, lib, "broker.BrokerStartup", conf / "broker.conf"))
+        wait_for("broker", lambda: _listening(port), 90, procs[1])
+        yield Running(version, run_dir, run["namesrvAddr"], f"127.0.0.1:{port}", settings["brokerName"], procs[1])
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+
+def _start_server(run_dir: Path, lib: Path, main: str, conf: Path) -> subprocess.Popen:
+    """`org.apache.rocketmq.<main> -c conf` with ROCKETMQ_HOME and user.home (its logs) in `run_dir`."""
+    cmd = [
+        "java",
+        *JVM_OPTS,
+        f"-Duser.home={run_dir}",
+        "-cp",
+        f"{lib}/*",
+        f"org.apache.rocketmq.{main}",
+        "-c",
+        str(conf),
+    ]
+    log = run_dir / "logs" / f"{main.split('.')[0]}.out"
+    return start(cmd, log, run_dir, {"ROCKETMQ_HOME": str(run_dir)})
+
+
+def store_settings(version: str, variant: str) -> dict[str, str]:
+    """STORE_SETTINGS with the variant's settings; refuses a variant not made for `version`."""
+    extra, versions = VARIANTS[variant]
+    if version not in versions:
+        raise HarnessError(f"variant {variant} is for {', '.join(versions)}, not {version}")
+    return {**STORE_SETTINGS, **extra}
+
+
+def build_store(version: str, variant: str = "default") -> BrokerStore:
+    """The cached store of (version, variant, sources hash), written by the real broker now if absent.
+    One build at a time per cache (a file lock): sessions sharing the cache wait for each other's store."""
+    settings = store_settings(version, variant)
+    final = CACHE / "stores" / f"{version}-{variant}-{sources_hash()}"
+    with _cache_lock(timeout=900):
+        if not (final / "COMPLETE").is_file():
+            _build(version, variant, settings, final)
+    return BrokerStore(version, variant, final, float((final / "COMPLETE").read_text()))
+
+
+@contextmanager
+def _cache_lock(timeout: float) -> Iterator[None]:
+    """An exclusive flock on <cache>/stores/.lock, waited for at most `timeout` s."""
+    path = CACHE / "stores" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        wait_for("the store cache lock", lambda: _try_lock(f.fileno()), timeout)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _build(version: str, variant: str, settings: dict[str, str], final: Path) -> None:
+    """Write the store in a scratch directory next to `final`, then rename it into place."""
+    work = final.with_name(final.name + f".tmp{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    began = time.monotonic()
+    with running_broker(version, work, settings) as broker:
+        _send_workload(broker, work, variant == "kill9")
+    _write_conf(work / "broker.conf", settings, version)
+    shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
+    seconds = round(time.monotonic() - began, 1)
+    if variant in SERVED_VARIANTS:
+        write_served(version, work, settings)
+    (work / "COMPLETE").write_text(f"{seconds}\n")
+    shutil.rmtree(final, ignore_errors=True)
+    work.replace(final)
+
+
+def _send_workload(broker: Running, work: Path, kill9: bool) -> None:
+    """The seeded workload; kill9: kill -9 the broker once KILL9_AFTER_SENDS sends are in sent.jsonl."""
+    args = [f"out={work / 'sent.jsonl'}", f"seed={SEED}", f"sends={SENDS}"]
+    args += [f"batchcq={broker.version >= '5'}", f"timer={broker.version >= '5'}"]
+    if not kill9:
+        broker.run_workload("send", *args, timeout=180)
+        return
+    sender = start(broker.workload("send", *args), work / "logs" / "send.out", work)
+    sent = work / "sent.jsonl"
+    try:
+        wait_for("kill9 burst", lambda: sent.is_file() and _lines(sent) >= KILL9_AFTER_SENDS, 120, sender)
+        stop(broker.broker, signal.SIGKILL, timeout=10)
+        sender.wait(timeout=60)
+    finally:
+        stop(sender, signal.SIGKILL, timeout=5)
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def _write_conf(path: Path, settings: dict[str, str], version: str) -> None:
+    header = f"# Settings under which the real RocketMQ {version} broker wrote store/ (store paths left out).\n"
+    path.write_text(header + "".join(f"{k}={v}\n" for k, v in settings.items()))
+
+
+def write_served(version: str, store: Path, settings: dict[str, str] | None = None) -> None:
+    """`store`/served.jsonl: what a broker serves from a copy of `store`/store (written by rename)."""
+    lines = served(version, store / "store", settings)
+    tmp = store / "served.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    tmp.replace(store / "served.jsonl")
+
+
+def served(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[dict]:
+    """What a broker serves from a COPY of `store_dir` after its recovery, for every consumequeue/ and
+    batchconsumequeue/ directory of the store: a `queue` line (topic, queueId, minOffset, maxOffset, or error),
+    then a `message` line per message a pull consumer gets from minOffset to maxOffset (topic/queueId of the queue,
+    pullOffset = where that pull began, queueOffset/commitLogOffset/msgTopic/msgQueueId as the client decodes the
+    record, msgId (UNIQ_KEY), offsetMsgId, keys, tags, multiDispatch/multiQueueOffset (LMQ properties)).
+    A store without queue directories (RocksDB ConsumeQueue) is asked for the queues of the sent.jsonl beside it,
+    their LMQ queues and SYSTEM_QUEUES. `settings` defaults to the broker.conf beside the store."""
+    settings = settings or read_properties(store_dir.parent / "broker.conf")
+    run_dir = CACHE / "served-runs" / f"{version}-{os.getpid()}-{time.time_ns()}"
+    try:
+        shutil.copytree(store_dir, run_dir / "store")
+        queues = ",".join(_store_queues(run_dir / "store") or _sent_queues(store_dir.parent / "sent.jsonl"))
+        with running_broker(version, run_dir, settings) as broker:
+            broker.run_workload("served", f"out={run_dir / 'served.jsonl'}", f"queues={queues}", timeout=120)
+        return read_jsonl(run_dir / "served.jsonl")
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _store_queues(root: Path) -> list[str]:
+    """topic/queueId of every ConsumeQueue and BatchConsumeQueue directory of a store."""
+    queues = [*root.glob("consumequeue/*/*"), *root.glob("batchconsumequeue/*/*")]
+    return sorted({f"{q.parent.name}/{q.name}" for q in queues})
+
+
+def _sent_queues(sent: Path) -> list[str]:
+    """topic/queueId of every acknowledged send, its LMQ queues (queueId 0) and SYSTEM_QUEUES."""
+    lines = read_jsonl(sent)
+    queues = {f"{s['topic']}/{s['queueId']}" for s in lines if s["status"] == "SEND_OK"}
+    queues |= {f"{name}/0" for s in lines if "lmq" in s for name in s["lmq"].split(",")}
+    return sorted(queues | set(SYSTEM_QUEUES))
+
+
+if __name__ == "__main__":
+    store = build_store(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "default")
+    print(f"{store.dir} ({store.seconds} s)")
