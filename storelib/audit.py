@@ -18,7 +18,7 @@ Every result is a ``storelib.findings.Finding`` of a kind registered in ``storel
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from storelib.constants import (
 )
 from storelib.consumequeue import UNIT_DTYPE, decode_units
 from storelib.findings import KINDS, Finding, finding, is_divergence, worst
-from storelib.indexfile import IndexFileReader, IndexHeader, query_offsets
+from storelib.indexfile import IndexFileReader, IndexHeader
 from storelib.layout import (
     commitlog_file,
     index_file,
@@ -44,10 +44,6 @@ from storelib.layout import (
     queue_dir,
 )
 from storelib.segments import Segment, SegmentSummary
-
-LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
-
 
 # --- ConsumeQueue --------------------------------------------------------------------------
 
@@ -134,13 +130,13 @@ def classify_queue(
     cfg: BrokerConfig,
     commitlog_min: int,
     commitlog_max: int,
-    schedule_tags_hash: Mapping[int, int] | None = None,
+    schedule_tags_hash: Callable[[int, int], int | None] | None = None,
 ) -> QueueAudit:
     """Compare one live queue's files with the rebuilt ones (file name -> bytes; names are 20-digit starts).
 
     ``commitlog_min``/``commitlog_max``: first offset of the commitlog and the end of its last
-    valid record. ``schedule_tags_hash``: for SCHEDULE_TOPIC_XXXX, commitlog offset -> TAGS
-    hash of the record, to recognise the 4.9.8 crash-recovery tagsCode quirk.
+    valid record. ``schedule_tags_hash``: for SCHEDULE_TOPIC_XXXX, (commitlog offset, size) -> the
+    TAGS hash of the record there (None when unreadable), to recognise the 4.9.8 crash-recovery quirk.
     """
     file_size = cfg.cq_file_size
     per_file = file_size // CQ_STORE_UNIT_SIZE
@@ -257,7 +253,7 @@ def classify_queue(
     quirk = np.zeros(n, dtype=bool)
     if topic == SCHEDULE_TOPIC and schedule_tags_hash:
         cand = np.flatnonzero(differ & (lv.offset == rb.offset) & (lv.size == rb.size))
-        quirk[cand] = [schedule_tags_hash.get(int(lv.offset[i])) == int(lv.tags[i]) for i in cand]
+        quirk[cand] = [schedule_tags_hash(int(lv.offset[i]), int(lv.size[i])) == int(lv.tags[i]) for i in cand]
     head = idx < r_min
     not_entry = ~r_entry
     expired = not_entry & head & lv.valid & (lv.offset < commitlog_min) & reach
@@ -654,12 +650,6 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
 
 def _header(data: bytes) -> tuple[int, ...]:
     return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= INDEX_HEADER_SIZE else ()
-
-
-def keys_not_found(readers: list[IndexFileReader], key: str, offsets: Iterable[int]) -> list[int]:
-    """Commitlog offsets of ``key`` (``topic#k``) that the broker's lookup over all files does not return."""
-    found = set(query_offsets(readers, key, INT_MAX, 0, LONG_MAX))
-    return sorted(o for o in offsets if o not in found)
 
 
 # --- scope and repairs ----------------------------------------------------------------------

@@ -312,3 +312,30 @@ def index_file_plans(counts: list[tuple[str, int]], per_file: int) -> list[Index
             inherited = (seg, lo - 1 - base)
         plans.append(IndexPlan(slices, inherited))
     return plans
+
+
+def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
+    """Which entries (1 .. indexCount - 1) the broker's key lookup can return: those on a slot's chain.
+
+    ``IndexFile.selectPhyOffset`` starts at the slot's entry when 0 < slot <= indexCount, stops before an entry
+    whose timeDiff < 0 and after one whose prevIndex is <= 0, > indexCount or itself. A lookup over the whole
+    time range collects every entry of its keyHash on that walk, so a (keyHash, commitlog offset) is found
+    exactly when an entry holding it is reachable here. A chain that comes back to an entry it passed (a
+    cycle) stops there: the broker would loop forever on it.
+    """
+    count = reader.header.index_count
+    n = max(1, min(count, len(reader.entries)))  # entries 1 .. n-1 are in the file and within indexCount
+    seen = np.zeros(n, dtype=bool)
+    if count <= 1:
+        return seen[1:]
+    prev = reader.entries["prev_index"][:n].astype(np.int64)
+    bad_time = reader.entries["time_diff"][:n] < 0
+    for head in np.flatnonzero((reader.slots > 0) & (reader.slots < n)).tolist():
+        at = int(reader.slots[head])
+        while not seen[at] and not bad_time[at]:
+            seen[at] = True
+            nxt = int(prev[at])
+            if nxt <= 0 or nxt >= n or nxt == at:
+                break
+            at = nxt
+    return seen[1:]

@@ -4,6 +4,7 @@ rules, and the crashed/ fixture classified in Spark exactly as its DAMAGE.md say
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +15,15 @@ from storelib.audit import (
     check_commitlog,
     check_index_header,
     classify_queue,
-    keys_not_found,
+    index_entries,
     recovery_start,
 )
 from storelib.checkpoint import Checkpoint
 from storelib.config import load_broker_config
 from storelib.consumequeue import encode_units
 from storelib.findings import finding, is_divergence
-from storelib.indexfile import IndexFileReader
-from storelib.javahash import java_hash
+from storelib.indexfile import IndexFileReader, lookup_reachable, query_offsets
+from storelib.javahash import index_key_hash, java_hash
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
@@ -162,7 +163,7 @@ def test_queue_damage_is_classified_and_repaired(damage: str) -> None:
     make, kind, severity, queue_offset, count = MATRIX[damage]
     topic, queue_id, live, rebuilt, tags = make()
     cl_min = EXPIRED_MIN if damage in ("expired-head", "wrong-pre-blank") else 0
-    qa = classify_queue(topic, queue_id, live, rebuilt, CFG, cl_min, MAX_OFFSET, tags)
+    qa = classify_queue(topic, queue_id, live, rebuilt, CFG, cl_min, MAX_OFFSET, lambda offset, _size: tags.get(offset))
     assert [(f.kind, f.severity, f.queue_offset, f.count) for f in qa.findings] == [
         (kind, severity, queue_offset, count)
     ]
@@ -260,12 +261,47 @@ def test_lowered_index_count_is_inconsistent_with_slots_and_entries() -> None:
     assert check_index_header(name, IndexFileReader((CLEAN / "index" / name).read_bytes(), CFG), CFG) == []
 
 
-def test_key_lookup_finds_what_the_broker_found() -> None:
+def _reachable_pairs(readers: list[IndexFileReader]) -> set[tuple[int, int]]:
+    out = set()
+    for r in readers:
+        _, key_hash, phy = index_entries(r)
+        reach = lookup_reachable(r)
+        out |= set(zip(key_hash[reach].tolist(), phy[reach].tolist()))
+    return out
+
+
+def test_reachable_entries_are_what_the_broker_found() -> None:
+    """Every offset the broker's own queryMessage returned is reachable under its keyHash (the oracle: the
+    broker's dump), and the statement-by-statement lookup (query_offsets) finds exactly the reachable ones."""
     readers = [IndexFileReader(p.read_bytes(), CFG) for p in sorted((CLEAN / "index").iterdir())]
+    found = _reachable_pairs(readers)
     queries = [json.loads(line) for line in (FIXTURE_DIR / "expected" / "index_queries.jsonl").open()]
-    q = next(q for q in queries if q["indexKey"] == "OrderCreated#vip-ALL")
-    assert keys_not_found(readers, q["indexKey"], q["queryMessageOffsets"]) == []
-    assert keys_not_found(readers, q["indexKey"], [123]) == [123]
+    for q in queries:
+        h = int(index_key_hash(np.array([java_hash(q["indexKey"])]))[0])
+        assert {(h, o) for o in q["queryMessageOffsets"]} <= found, q["indexKey"]
+        by_lookup = query_offsets(readers, q["indexKey"], 1 << 31, 0, 1 << 62)
+        assert {(h, o) for o in by_lookup} == {(kh, o) for kh, o in found if kh == h}, q["indexKey"]
+
+
+def test_a_broken_chain_hides_the_older_entries_and_a_cycle_stops() -> None:
+    data = bytearray((CLEAN / "index").iterdir().__next__().read_bytes())
+    reader = IndexFileReader(bytes(data), CFG)
+    assert lookup_reachable(reader).all()  # a file the broker wrote: every entry is on its slot's chain
+    entries_at = 40 + CFG.maxHashSlotNum * 4
+    chains = []
+    for newest in reader.slots[reader.slots > 0].tolist():
+        chains.append([newest])
+        while int(reader.entries[chains[-1][-1]]["prev_index"]) > 0:
+            chains[-1].append(int(reader.entries[chains[-1][-1]]["prev_index"]))
+    chain = max(chains, key=len)
+    assert len(chain) >= 3
+    struct.pack_into(">i", data, entries_at + chain[0] * 20 + 16, chain[0] + 0)  # prevIndex = itself: the walk ends
+    broken = lookup_reachable(IndexFileReader(bytes(data), CFG))
+    assert not broken[chain[1] - 1] and broken[chain[0] - 1]
+    struct.pack_into(">i", data, entries_at + chain[1] * 20 + 16, chain[0])  # a two-entry cycle
+    struct.pack_into(">i", data, entries_at + chain[0] * 20 + 16, chain[1])
+    cyclic = lookup_reachable(IndexFileReader(bytes(data), CFG))  # returns: the walk stops at a revisited entry
+    assert cyclic[chain[0] - 1] and cyclic[chain[1] - 1] and not cyclic[chain[2] - 1]
 
 
 # --- in Spark ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ whatever the size of the files it read.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,23 +16,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storelib.audit import check_index_header, classify_queue, compare_index_files, index_entries, keys_not_found
+from storelib.audit import check_index_header, classify_queue, compare_index_files, index_entries
 from storelib.checkpoint import Checkpoint
+from storelib.commitlog import decode_message
 from storelib.config import BrokerConfig
-from storelib.constants import CHECKPOINT_SIZE
+from storelib.constants import CHECKPOINT_SIZE, PROPERTY_TAGS
 from storelib.errors import StoreFormatError
 from storelib.findings import finding
-from storelib.indexfile import IndexFileReader
+from storelib.indexfile import IndexFileReader, lookup_reachable
 from storelib.javahash import java_hash
-from storelib.layout import index_file, queue_dir
+from storelib.layout import commitlog_file, index_file, offset_file_name, queue_dir
 from udfs.fs import join, read_file, resolve
 
 #: live index entries handed to the join with the records
 INDEX_ENTRY_SCHEMA = pa.schema(
     [("file", pa.string()), ("entry", pa.int64()), ("key_hash", pa.int32()), ("phy_offset", pa.int64())]
 )
-#: key lookups that failed: one row per (key, commitlog offset) not found
-MISSING_KEY_SCHEMA = pa.schema([("key", pa.string()), ("commitlog_offset", pa.int64())])
+#: what the broker's key lookup over the live IndexFiles can find: (keyHash, commitlog offset)
+FOUND_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy_offset", pa.int64())])
 
 
 def unreadable(rel: str, exc: BaseException) -> dict[str, Any]:
@@ -57,8 +59,7 @@ def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig
             f.update(topic=topic, queue_id=queue_id)
             return json.dumps({"findings": [f], "row": None, "write": [], "delete": [], "unreadable": True})
     rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
-    tags = {r["commitlog_offset"]: java_hash(r["tags"]) for r in row["schedule"] or [] if r["tags"]}
-    qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, tags)
+    qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
     return json.dumps(
         {
             "findings": [f.to_dict() for f in qa.findings],
@@ -68,6 +69,23 @@ def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig
             "unreadable": False,
         }
     )
+
+
+def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int | None]:
+    """(commitlog offset, size) -> hashCode of the TAGS of the record there, read from the store's segment."""
+
+    def tags_hash(offset: int, size: int) -> int | None:
+        start = offset - offset % cfg.mappedFileSizeCommitLog
+        fs, root = resolve(store)
+        try:
+            with fs.open_input_file(join(root, commitlog_file(offset_file_name(start)))) as f:
+                data = f.read_at(size, offset - start)
+            tags = decode_message(data, 0).property_map().get(PROPERTY_TAGS)
+        except (OSError, StoreFormatError, struct.error):
+            return None
+        return java_hash(tags) if tags else 0
+
+    return tags_hash
 
 
 def audit_index_file(
@@ -134,47 +152,23 @@ def index_entry_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.Rec
     return entries
 
 
-def open_index_readers(store: str, names: list[str], cfg: BrokerConfig) -> list[IndexFileReader]:
-    """Live IndexFiles in load order; memory-mapped when local, so a lookup touches only the pages it reads."""
-    fs, root = resolve(store)
-    readers = []
-    for name in names:
-        path = join(root, "index", name)
-        if isinstance(fs, pafs.LocalFileSystem):
-            data = pa.memory_map(path).read_buffer()
-        else:
-            with fs.open_input_file(path) as f:
-                data = f.read_buffer()
-        try:
-            readers.append(IndexFileReader(memoryview(data), cfg, f"index/{name}"))
-        except StoreFormatError:
-            continue  # reported by audit_index_file; the broker would not load it either
-    return readers
+def reachable_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow``: live IndexFile names in, the (keyHash, commitlog offset) of every entry the broker's key
+    lookup reaches out (FOUND_SCHEMA; storelib.indexfile.lookup_reachable)."""
 
-
-def key_lookup(
-    store: str, names: list[str], cfg: BrokerConfig
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow``: (key, offsets) in, every (key, offset) the broker's lookup misses out."""
-
-    def lookup(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        readers: list[IndexFileReader] | None = None
+    def found(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if readers is None:
+            for name in batch.column("name").to_pylist():
+                rel = index_file(name)
                 try:
-                    readers = open_index_readers(store, names, cfg)
-                except OSError:
-                    readers = []  # unreadable files are reported by audit_index_file
-            keys, offsets = [], []
-            for key, wanted in zip(batch.column("key").to_pylist(), batch.column("offsets").to_pylist()):
-                for off in keys_not_found(readers, key, wanted):
-                    keys.append(key)
-                    offsets.append(off)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(keys, pa.string()), pa.array(offsets, pa.int64())], schema=MISSING_KEY_SCHEMA
-            )
+                    reader = IndexFileReader(_read(store, rel), cfg, rel)
+                except (OSError, StoreFormatError):
+                    continue  # reported by audit_index_file
+                _, key_hash, phy = index_entries(reader)
+                reach = lookup_reachable(reader)
+                yield pa.RecordBatch.from_arrays([key_hash[reach], phy[reach]], schema=FOUND_SCHEMA)
 
-    return lookup
+    return found
 
 
 def read_checkpoint(store: str) -> dict[str, Any]:

@@ -59,6 +59,7 @@ QUEUE_SUMMARY_SCHEMA = pa.schema(
         ("min_offset", pa.int64()),
         ("max_offset", pa.int64()),  # one past the last queue offset
         ("files", pa.list_(pa.string())),
+        ("last_commitlog_offset", pa.int64()),  # of its last unit: which segments touch the queue
         ("findings", pa.string()),  # JSON list of storelib.findings.Finding dicts
     ]
 )

@@ -30,6 +30,7 @@ class _QueueWriter:
         self.files = QueueFiles(file_size)
         self.names: list[str] = []
         self.refused: Finding | None = None
+        self.last_commitlog_offset = -1
         self.fs, root = resolve(out_uri)
         try:
             self.dir = join(root, queue_dir(topic, queue_id))
@@ -37,6 +38,7 @@ class _QueueWriter:
             self.refused = finding("hostile-topic-name", "commitlog", exc.reason, topic=topic, queue_id=queue_id)
 
     def add_run(self, first_queue_offset: int, units: bytes) -> None:
+        self.last_commitlog_offset = int.from_bytes(units[-20:-12], "big", signed=True)
         if self.refused is None:
             self._write(self.files.add_run(first_queue_offset, units))
 
@@ -74,6 +76,7 @@ class _QueueWriter:
             "min_offset": q.min_offset if q.min_offset is not None else 0,
             "max_offset": q.next_offset if q.next_offset is not None else 0,
             "files": self.names,
+            "last_commitlog_offset": self.last_commitlog_offset,
             "findings": json.dumps(findings),
         }
 

@@ -1,12 +1,13 @@
 """The audit on the driver: a live store against the index rebuilt from its commitlog.
 
 1. the rebuilt index: ``--rebuilt OUT`` (its rebuild.json), or a rebuild into the work directory;
-2. the commitlog parsed as it is now (one row per message; each segment's summary): the rebuild's scan
-   rules, whether the rebuilt index still describes these records (rebuilt-stale), and what the broker's
-   recovery would do with the log (storelib.audit.check_commitlog);
+2. the commitlog as it is now, from the one parse (the audit's own rebuild, or a scan when ``--rebuilt`` is
+   given): the rebuild's scan rules, whether the rebuilt index still describes these records (rebuilt-stale,
+   by fingerprint), and what the broker's recovery would do with the log (storelib.audit.check_commitlog);
 3. ConsumeQueue: one task per queue reads the live and rebuilt files and classifies the queue;
-4. IndexFile: one task per file position; the live entries joined with the records; every key of every
-   indexed message looked up with the broker's lookup over the live files (sampled above ``index_sample``);
+4. IndexFile: one task per file position; every live entry must be a rebuilt entry (keyHash, commitlog
+   offset); every rebuilt entry must be found by the broker's lookup over the live files (sampled above
+   ``index_sample``);
 5. report.json and report.html (jobs.audit_report).
 
 ``--since-last`` audits only the tail: the segments from the one holding the commitlog max offset of the
@@ -26,7 +27,7 @@ from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import in_use_finding, store_state
-from jobs.pipeline.rebuild import list_segments, parse_store, read_summaries, rebuild
+from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
@@ -64,7 +65,6 @@ class Audit:
     index_sample: int
     scope: Scope
     rebuild_report: dict[str, Any]
-    records: Any  # MESSAGE_SCHEMA rows of the audited segments
     started: dt.datetime
     t0: float
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -106,22 +106,22 @@ def audit(
         if rebuilt is None:
             rebuilt = f"{work}/rebuilt"
             try:
-                rebuild(run, store, rebuilt, on_error="skip-segment")
+                summaries = rebuild(run, store, rebuilt, on_error="skip-segment").summaries
             except DamageStop as exc:
                 raise CannotAudit(f"the commitlog could not be rebuilt: {exc}") from None
+            summaries = {s.name: summaries[s.name] for s in audited}
+        else:
+            summaries = scan_segments(run, audited, f"{work}/scratch")
         fs, root = resolve(rebuilt)
         rebuild_report = json.loads(read_file(fs, join(root, REBUILD_REPORT)))
-        records = parse_store(run, audited, "messages", f"{work}/scratch").persist()
-        try:
-            a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, records, before["at"], t0)
-            return _audit(a, audited, listing, work, before)
-        finally:
-            records.unpersist()
+        a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
+        return _audit(a, audited, listing, summaries, before)
 
 
-def _audit(a: Audit, audited: list[Segment], listing: list[Finding], work: str, before: dict[str, Any]) -> AuditResult:
-    a.records.count()  # the parse: it leaves each segment's summary in the scratch directory
-    summaries = read_summaries(f"{work}/scratch", audited)
+def _audit(
+    a: Audit, audited: list[Segment], listing: list[Finding], summaries: dict[str, Any], before: dict[str, Any]
+) -> AuditResult:
+    """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
     a.findings = listing + judge_ends(audited, summaries) + damage_findings(audited, summaries)
     a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if f["kind"] in REBUILD_KINDS]
     described = [s for s in a.rebuild_report["commitlog"]["segments"] if s["start"] >= a.scope.start]

@@ -5,25 +5,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from jobs.pipeline.context import spark_schema
 from jobs.pipeline.listing import list_index
 from storelib.audit import index_repairs
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
-from storelib.dispatch import index_keys
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
-from udfs.audit import INDEX_ENTRY_SCHEMA, MISSING_KEY_SCHEMA, audit_index_file, index_entry_rows, key_lookup
+from udfs.audit import FOUND_SCHEMA, INDEX_ENTRY_SCHEMA, audit_index_file, index_entry_rows, reachable_rows
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
 
-_KEY_SCHEMA = T.StructType([T.StructField("key", T.StringType()), T.StructField("commitlog_offset", T.LongType())])
-
 
 def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Index findings and repairs into ``a``; the per-position rows of the report and the lookup counts.
+
+    Everything is judged from IndexFile entries (keyHash, commitlog offset): the broker's lookup matches keys
+    by keyHash alone, so the rebuilt files' entries are every key of every indexed message, and no second
+    parse of the commitlog is needed.
 
     Entries pointing below the audited range are not checked. Since the base run: only the positions whose
     rebuilt file ends at or after the scope's start.
@@ -53,8 +53,10 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
         a.findings += _deleted_on_recovery(a, r)
     readable = [r["live"] for r in rows if r["live"] and r["header"]]
     from_offset = max(a.rebuild_report["commitlog"]["min_offset"], a.scope.start)
-    keys_info["entries_checked"] = _check_entries(a, readable, from_offset)
-    keys_info.update(_check_keys(a, readable))
+    rebuilt_entries = _entries(a, a.rebuilt, [r["rebuilt"] for r in rows if r["rebuilt"]], from_offset)
+    live_entries = _entries(a, a.store, readable, from_offset)
+    keys_info["entries_checked"] = _check_entries(a, live_entries, rebuilt_entries)
+    keys_info.update(_check_keys(a, readable, rebuilt_entries))
     first = min(pairs[0][0], len(names))
     a.repairs += index_repairs(rows, a.findings, names[first - 1] if first else None)
     return rows, keys_info
@@ -77,65 +79,64 @@ def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
     ]
 
 
-def _check_entries(a: Audit, readable: list[str], from_offset: int) -> int:
-    """Every live entry within indexCount points at a record whose keys hash to it; returns entries checked."""
-    spark, cfg = a.run.spark, a.cfg
-    names_df = spark.createDataFrame([(n,) for n in readable], "name string").repartition(max(1, len(readable)))
-    entries = names_df.mapInArrow(index_entry_rows(a.store, cfg), spark_schema(INDEX_ENTRY_SCHEMA))
-    recs = a.records.select(F.col("commitlog_offset").alias("phy_offset"), "key_hashes", "topic")
-    checked = entries.where(F.col("phy_offset") >= from_offset).join(recs, "phy_offset", "left")
-    bad = checked.where(F.col("key_hashes").isNull() | ~F.array_contains("key_hashes", F.col("key_hash")))
-    first = F.min_by(F.struct("entry", "key_hash", "phy_offset", "topic"), "entry").alias("first")
+def _entries(a: Audit, store: str, names: list[str], from_offset: int) -> Any:
+    """(file, entry, key_hash, phy_offset) of the IndexFiles ``names`` of ``store``, at or after ``from_offset``."""
+    spark = a.run.spark
+    names_df = spark.createDataFrame([(n,) for n in names], "name string").repartition(max(1, len(names)))
+    rows = names_df.mapInArrow(index_entry_rows(store, a.cfg), spark_schema(INDEX_ENTRY_SCHEMA))
+    return rows.where(F.col("phy_offset") >= from_offset)
+
+
+def _check_entries(a: Audit, live: Any, rebuilt: Any) -> int:
+    """Every live entry within indexCount is a rebuilt entry: its keyHash is a key of the record it points at."""
+    cfg = a.cfg
+    bad = live.join(rebuilt.select("key_hash", "phy_offset"), ["key_hash", "phy_offset"], "left_anti")
+    first = F.min_by(F.struct("entry", "key_hash", "phy_offset"), "entry").alias("first")
     for r in bad.groupBy("file").agg(F.count("*").alias("n"), first).collect():
         e = r["first"]
-        target = f"the record at {e['phy_offset']} ({e['topic']})" if e["topic"] else "no record"
         a.findings.append(
             finding(
                 "index-bad-entries",
                 index_file(r["file"]),
-                f"{r['n']} entries point at a record whose keys do not hash to them, the first is entry {e['entry']}",
+                f"{r['n']} entries point at no record with a key of their keyHash, the first is entry {e['entry']}",
                 commitlog_offset=e["phy_offset"],
                 file_offset=INDEX_HEADER_SIZE
                 + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
                 + e["entry"] * INDEX_ENTRY_SIZE,
                 count=r["n"],
                 expected=f"a record at commitlog offset {e['phy_offset']} with a key of keyHash {e['key_hash']}",
-                actual=f"keyHash {e['key_hash']} -> {target}",
+                actual=f"keyHash {e['key_hash']} -> no such record",
             )
         )
-    return checked.count()
+    return live.count()
 
 
-def _check_keys(a: Audit, readable: list[str]) -> dict[str, int]:
-    """Every key of every indexed message, through the broker's lookup over the live files (sampled)."""
-    indexed = a.records.where(F.size("key_hashes") > 0).select("topic", "uniq_key", "keys", "commitlog_offset")
-    pairs = indexed.rdd.flatMap(lambda r: [(k, r[3]) for k in index_keys(r[0], r[1], r[2])])
-    by_key = (
-        a.run.spark.createDataFrame(pairs, _KEY_SCHEMA)
-        .groupBy("key")
-        .agg(F.collect_list("commitlog_offset").alias("offsets"))
-        .persist()
-    )
-    total = by_key.count()
-    sample = by_key if total <= a.index_sample else by_key.sample(False, a.index_sample / total, seed=4)
-    lookup = key_lookup(a.store, readable, a.cfg)
-    missing = sample.mapInArrow(lookup, spark_schema(MISSING_KEY_SCHEMA)).persist()
+def _check_keys(a: Audit, readable: list[str], rebuilt: Any) -> dict[str, int]:
+    """Every key of every indexed message (a rebuilt entry: keyHash, commitlog offset) is found by the broker's
+    lookup over the live files; at most ``index_sample`` of them are checked."""
+    spark = a.run.spark
+    names_df = spark.createDataFrame([(n,) for n in readable], "name string").repartition(max(1, len(readable)))
+    found = names_df.mapInArrow(reachable_rows(a.store, a.cfg), spark_schema(FOUND_SCHEMA))
+    wanted = rebuilt.select("key_hash", "phy_offset").distinct().persist()
+    total = wanted.count()
+    sample = wanted if total <= a.index_sample else wanted.sample(False, a.index_sample / total, seed=4)
+    missing = sample.join(found, ["key_hash", "phy_offset"], "left_anti").persist()
     missing_count = missing.count()
     info = {"keys_total": total, "keys_checked": sample.count() if total > a.index_sample else total}
-    by_key.unpersist()
     if missing_count:
-        first = missing.orderBy("commitlog_offset", "key").first()
+        first = missing.orderBy("phy_offset", "key_hash").first()
         a.findings.append(
             finding(
                 "index-keys-not-found",
                 "index",
                 f"{missing_count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
-                f"({info['keys_checked']} of {total} keys checked)",
-                commitlog_offset=first["commitlog_offset"],
+                f"({info['keys_checked']} of {total} checked)",
+                commitlog_offset=first["phy_offset"],
                 count=missing_count,
-                expected=f"key {first['key']!r} finds commitlog offset {first['commitlog_offset']}",
+                expected=f"keyHash {first['key_hash']} finds commitlog offset {first['phy_offset']}",
                 actual="not found",
             )
         )
     missing.unpersist()
+    wanted.unpersist()
     return info

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.pipeline.listing import list_queues
 from storelib.audit import QueueAudit, queue_repairs
-from storelib.constants import SCHEDULE_TOPIC
 from storelib.findings import Finding
 from udfs.audit import audit_queue
 
@@ -30,26 +28,25 @@ _TASK_SCHEMA = T.StructType(
 def audit_queues(a: Audit) -> list[dict[str, Any]]:
     """Queue findings and repairs into ``a``; the per-queue rows of the report.
 
-    The queues are the union of the live and the rebuilt ones; since the base run, those the audited
-    records touch.
+    The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
+    the audited segments.
     """
     live, a_findings = list_queues(a.store)
     a.findings += a_findings
     built, _ = list_queues(a.rebuilt)
     keys = sorted(set(live) | set(built))
     if a.scope.base:
-        touched = {(r["topic"], r["queue_id"]) for r in a.records.select("topic", "queue_id").distinct().collect()}
+        touched = {
+            (q["topic"], q["queue_id"])
+            for q in a.rebuild_report["consume_queues"]
+            if q.get("last_commitlog_offset", a.scope.start) >= a.scope.start
+        }
         a.scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
         keys = [k for k in keys if k in touched]
     if not keys:
         return []
     rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
-    schedule = (
-        a.records.where((F.col("topic") == SCHEDULE_TOPIC) & F.col("to_consume_queue"))
-        .groupBy("topic", "queue_id")
-        .agg(F.collect_list(F.struct("commitlog_offset", "tags")).alias("schedule"))
-    )
-    tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA).join(schedule, ["topic", "queue_id"], "left")
+    tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     cl = a.rebuild_report["commitlog"]
     cl_min, cl_max = cl["min_offset"], cl["max_offset"]

@@ -70,6 +70,7 @@ class RebuildResult:
     worker_peak_rss: int  # bytes: the largest Python worker seen by a parse task
     run: Run
     segments: list[Segment]
+    summaries: dict[str, SegmentSummary]  # each segment as the parse found it (skipped ones included)
 
     @functools.cached_property
     def records(self) -> Any:
@@ -107,6 +108,13 @@ def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str) -> A
     return run.spark.createDataFrame(rdd, spark_schema(PARSE_TASK_SCHEMA)).mapInArrow(
         segment_parser(run.cfg, mode, scratch), spark_schema(out)
     )
+
+
+def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
+    """Parse the segments for their summaries only (ends, damage, fingerprints): the rows are dropped."""
+    with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments), "scan"):
+        parse_store(run, segments, "dispatch", scratch).write.format("noop").mode("overwrite").save()
+    return read_summaries(scratch, segments)
 
 
 def read_summaries(scratch: str, segments: list[Segment]) -> dict[str, SegmentSummary]:
@@ -239,6 +247,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments)):
             queues = write_consume_queues(run, runs, staging)
         summaries = read_summaries(scratch, segments)
+        scanned = dict(summaries)
         skipped = judge(segments, summaries, findings, on_error)
         if skipped:
             queues = _without(run, runs, staging, skipped)
@@ -253,7 +262,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
         publish(staging, out)
     peak = max((s.worker_peak_rss for s in summaries.values()), default=0)
-    return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments)
+    return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments, scanned)
 
 
 def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> list[dict[str, Any]]:
