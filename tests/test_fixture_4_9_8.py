@@ -31,6 +31,7 @@ from storelib.config import BrokerConfig
 from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch
 from storelib.indexfile import IndexFileReader, IndexFileSeries, IndexHeader, query_offsets
+from tests import reference
 
 BLANK_MAGIC = -875286124
 EXPECTED = {"clean": "expected", "expired": "expected/expired"}
@@ -201,6 +202,20 @@ def test_index_files_are_byte_identical(store, fixture_dir: Path) -> None:
         )
         for h in expected
     ]
+
+
+def test_the_reference_dispatch_writes_the_broker_files(store, fixture_dir: Path, fixture_cfg: BrokerConfig) -> None:
+    """tests.reference, the oracle of test_generate and test_rebuild, against the real broker: its walk and
+    tagsCode equal the broker's dump, its ConsumeQueue files and IndexFiles the broker's bytes."""
+    name, root, _ = store
+    dump = [r for r in expected_records(fixture_dir, name) if r["type"] == "MSG"]
+    delays = reference.delay_table_ms(fixture_cfg.messageDelayLevel)
+    walked = [
+        (r.offset, r.total_size, r.topic, r.queue_offset, reference.tags_code(r, delays))
+        for r in reference.walk_commitlog(root / "commitlog")
+    ]
+    assert walked == [(r["offset"], r["size"], r["topic"], r["queueOffset"], r["tagsCode"]) for r in dump]
+    reference.assert_index_equals_reference(root, root, fixture_cfg)
 
 
 def test_dump_summary(store, fixture_dir: Path) -> None:
