@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.reference")
-
 from storelib.config import BrokerConfig, load_broker_config
 
+pytest.register_assert_rewrite("tests.reference")  # its assertions explain themselves like a test's
 
 
 def _fixture_dir() -> Path:
