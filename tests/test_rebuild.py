@@ -13,12 +13,12 @@ import pytest
 
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
-from storelib.commitlog import Message, SegmentScanner, encode_message
+from storelib.commitlog import Message, encode_message
 from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
-from storelib.dispatch import dispatch_batch
 from storelib.errors import DamageStop
 from storelib.generate import PRESETS, generate_store
 from tests.conftest import FIXTURE_DIR
+from tests.reference import assert_index_equals_reference, walk_commitlog
 
 pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture not present")
 
@@ -164,12 +164,10 @@ def divisor_at_least(n: int, low: int) -> int:
     return next(d for d in range(low, n + 1) if n % d == 0)
 
 
-def last_message_has_index_keys(store: Path, cfg: BrokerConfig) -> bool:
-    last = sorted((store / "commitlog").iterdir())[-1]
-    with open(last, "rb") as f:
-        batches = list(SegmentScanner(f, last.name, int(last.name), last.stat().st_size))
-    d = dispatch_batch(batches[-1], cfg)
-    return len(d.index_record) > 0 and d.index_record[-1] == len(batches[-1]) - 1
+def last_message_has_index_keys(store: Path) -> bool:
+    *_, last = walk_commitlog(store / "commitlog")
+    keys = [k for k in last.properties.get("KEYS", "").split(" ") if k]
+    return last.sys_flag & 0xC != 0xC and ("UNIQ_KEY" in last.properties or bool(keys))
 
 
 @pytest.mark.parametrize("exact_fill", [False, True])
@@ -185,13 +183,13 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
         for seed in range(20):  # a seed whose last message has no index keys
             spec = dataclasses.replace(spec, seed=seed)
             entries = generate_store(tmp_path / f"probe{seed}", spec, cfg).index_entries
-            if not last_message_has_index_keys(tmp_path / f"probe{seed}", cfg):
+            if not last_message_has_index_keys(tmp_path / f"probe{seed}"):
                 break
         cfg = dataclasses.replace(cfg, maxIndexNum=divisor_at_least(entries, entries // 7) + 1)
     summary = generate_store(tmp_path / "store", spec, cfg)
     assert summary.deleted_segments == 2 and summary.kinds["v2"] > 0
     result = rebuild(Run(spark, cfg), str(tmp_path / "store"), str(tmp_path / "out"))
-    assert_same_index(tmp_path / "store", tmp_path / "out")
+    assert_index_equals_reference(tmp_path / "store", tmp_path / "out", cfg)
     assert len(result.report["index_files"]) == summary.index_files > 2
     if exact_fill:
         assert [f["index_count"] for f in result.report["index_files"][-2:]] == [cfg.maxIndexNum, 1]
