@@ -33,6 +33,20 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def index_key_hash(key: str) -> int:
+    """An IndexFile entry's keyHash: ``abs(key.hashCode())``, 0 for Integer.MIN_VALUE (abs stays negative)."""
+    h = java_string_hash(key)
+    return 0 if h == -(2**31) else abs(h)
+
+
+def index_keys(topic: str, uniq: str | None, keys: str | None) -> list[str]:
+    """The keys ``IndexService.buildIndex`` puts for a message: ``topic#UNIQ_KEY``, then ``topic#k`` for every
+    non-empty token of KEYS split on single spaces."""
+    tokens = [uniq] if uniq is not None else []
+    tokens += [k for k in (keys or "").split(" ") if k]
+    return [f"{topic}#{k}" for k in tokens]
+
+
 def parse_message_properties(text: str) -> dict[str, str]:
     """``name \\x01 value \\x02`` pieces; pieces without a separator or with an empty value are skipped."""
     out = {}
@@ -163,8 +177,7 @@ class ReferenceIndexFile:
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         if self.index_count >= self.index_num:
             return False
-        h = java_string_hash(key)
-        key_hash = 0 if h == -(2**31) else abs(h)  # Math.abs(MIN_VALUE) stays negative: 0
+        key_hash = index_key_hash(key)
         abs_slot_pos = 40 + key_hash % self.slot_num * 4
         (slot_value,) = struct.unpack_from(">i", self.buf, abs_slot_pos)
         if slot_value <= 0 or slot_value > self.index_count:
@@ -216,12 +229,8 @@ class ReferenceIndexService:
             return
         if tran == ROLLBACK:
             return
-        if uniq is not None:
-            index_file = self.put_key(index_file, f"{topic}#{uniq}", offset, ts)
-        if keys:
-            for key in keys.split(" "):
-                if key:
-                    index_file = self.put_key(index_file, f"{topic}#{key}", offset, ts)
+        for key in index_keys(topic, uniq, keys):
+            index_file = self.put_key(index_file, key, offset, ts)
 
     def put_key(self, index_file: ReferenceIndexFile, key: str, offset: int, ts: int) -> ReferenceIndexFile:
         while not index_file.put_key(key, offset, ts):
