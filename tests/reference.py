@@ -269,13 +269,17 @@ def store_files(root: Path, sub: str) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / sub).rglob("*")) if p.is_file()}
 
 
-def assert_index_equals_reference(store: Path, index_root: Path, cfg: BrokerConfig) -> None:
-    """``index_root``'s consumequeue/ equals the reference by path and bytes, its index/ by order and bytes
-    (IndexFile names are creation times), for ``store``'s commitlog."""
-    cq, index = reference_store_index(store, cfg)
-    live_cq = store_files(index_root, "consumequeue")
+def assert_index_files(root: Path, cq: dict[str, bytes], index: list[bytes]) -> None:
+    """``root``'s consumequeue/ is ``cq`` by path and bytes, its index/ is ``index`` by order and bytes
+    (IndexFile names are creation times)."""
+    live_cq = store_files(root, "consumequeue")
     assert sorted(live_cq) == sorted(cq)
     assert [path for path, data in cq.items() if live_cq[path] != data] == []
-    live_index = list(store_files(index_root, "index").values())
+    live_index = list(store_files(root, "index").values())
     assert len(live_index) == len(index)
     assert [i for i, (a, b) in enumerate(zip(live_index, index)) if a != b] == []
+
+
+def assert_index_equals_reference(store: Path, index_root: Path, cfg: BrokerConfig) -> None:
+    """``index_root``'s ConsumeQueue files and IndexFiles are what a broker writes for ``store``'s commitlog."""
+    assert_index_files(index_root, *reference_store_index(store, cfg))

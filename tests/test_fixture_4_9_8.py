@@ -1,9 +1,10 @@
-"""Byte equality with a store the real RocketMQ 4.9.8 broker wrote, using storelib only.
+"""Byte equality with a store the real RocketMQ 4.9.8 broker wrote: storelib, and the tests' reference.
 
 clean/ and expired/: every ConsumeQueue file and IndexFile is rebuilt from the commitlog
 (scanner -> dispatch_batch -> QueueFiles / IndexFileSeries) and compared with the broker's files;
 the scanner's records are compared with the broker's own dump of them. crashed/: the scanner
-finds exactly the damage crashed/DAMAGE.md describes.
+finds exactly the damage crashed/DAMAGE.md describes. tests.reference, the plain-Python oracle other
+tests judge storelib with, is held to the same files here.
 """
 
 from __future__ import annotations

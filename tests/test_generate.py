@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import itertools
 import struct
 import zlib
@@ -37,6 +36,7 @@ from storelib.generate import (
     java_properties_string,
 )
 from tests.reference import MAGIC_V1, MAGIC_V2, assert_index_equals_reference, store_files, walk_commitlog
+from tests.storecopy import tree_digest
 
 #: every feature on, small files of every kind: ~14 segments, 2-3 CQ files per business queue, ~20 IndexFiles
 SMALL_CFG = BrokerConfig(
@@ -78,12 +78,6 @@ def scan_store(root: Path, cfg: BrokerConfig) -> list[Segment]:
         records = [decode_message(data, o - int(path.name)) for o in offsets]
         out.append(Segment(path.name, int(path.name), data, scanner, records, offsets, batches))
     return out
-
-
-def digest(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -268,8 +262,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     a = generate_store(tmp_path / "a", spec, SMALL_CFG)
     generate_store(tmp_path / "b", spec, SMALL_CFG)
     generate_store(tmp_path / "c", dataclasses.replace(spec, seed=8), SMALL_CFG)
-    assert digest(tmp_path / "a") == digest(tmp_path / "b")
-    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+    assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b")
+    assert tree_digest(tmp_path / "a") != tree_digest(tmp_path / "c")
     assert a.messages == 400
 
 
@@ -332,12 +326,12 @@ def test_verb_writes_a_store_and_its_broker_config_and_refuses_a_non_empty_dir(t
     assert cfg.maxIndexNum == 4000 and cfg.cq_file_size == 6000
     topics = {p.name for p in (out / "consumequeue").iterdir()}
     assert {"OrderCreated", "Billing_v1"} <= topics and "Audit-Log" not in topics
-    before = digest(out)
+    before = tree_digest(out)
     assert run_verb(*args) == 1  # not empty
-    assert digest(out) == before
+    assert tree_digest(out) == before
     (out / "notes.txt").write_text("kept")
     assert run_verb(*args, "--force", "--seed", "4") == 0
-    assert digest(out) != before and (out / "notes.txt").read_text() == "kept"
+    assert tree_digest(out) != before and (out / "notes.txt").read_text() == "kept"
 
 
 def test_verb_uses_the_broker_config_file(tmp_path, capsys):
