@@ -29,6 +29,7 @@ from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 CFG = load_broker_config(FIXTURE_DIR / "broker.conf")
 CLEAN, CRASHED, EXPIRED = FIXTURE_DIR / "clean", FIXTURE_DIR / "crashed", FIXTURE_DIR / "expired"
 MAX_OFFSET = 3_444_995  # end of clean/'s last record
+LAST_TS = 1_795_312_760_863  # store time of clean/'s (and crashed/'s) last record
 EXPIRED_MIN = 1_441_792
 
 
@@ -228,7 +229,7 @@ def test_crash_recovery_from_a_lagging_checkpoint_would_truncate_at_the_crc_fail
     ckpt = Checkpoint.unpack((CRASHED / "checkpoint").read_bytes())
     segments = crashed_segments()
     assert recovery_start(segments, ckpt, abort=True) == 0
-    out = check_commitlog(segments, CRC, ckpt, True, CFG, MAX_OFFSET, 1_795_312_760_863, 1_795_312_760_863)
+    out = check_commitlog(segments, CRC, ckpt, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS)
     kinds = {f.kind: f for f in out}
     assert set(kinds) == {"recovery-would-truncate", "abort-marker", "commitlog-preallocated"}
     f = kinds["recovery-would-truncate"]
@@ -236,12 +237,9 @@ def test_crash_recovery_from_a_lagging_checkpoint_would_truncate_at_the_crc_fail
     assert "43%" in f.message
     assert kinds["commitlog-preallocated"].file == "commitlog/00000000000003538944"
     # with the checkpoint recover writes, recovery starts past the damage
-    fixed = Checkpoint(1_795_312_760_863, 1_795_312_760_863, 1_795_312_760_863)
-    out = check_commitlog(segments, CRC, fixed, True, CFG, MAX_OFFSET, 1_795_312_760_863, 1_795_312_760_863)
+    fixed = Checkpoint(LAST_TS, LAST_TS, LAST_TS)
+    out = check_commitlog(segments, CRC, fixed, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS)
     assert "recovery-would-truncate" not in {f.kind for f in out}
-
-
-LAST_TS = 1_795_312_760_863  # store time of crashed/'s last record
 
 
 @pytest.mark.parametrize(
