@@ -51,7 +51,6 @@ OFF_BORNHOST = 48
 MIN_RECORD_SIZE = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_I32 = struct.Struct(">i")
 _II = struct.Struct(">ii")
 
 

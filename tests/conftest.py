@@ -8,7 +8,18 @@ import pytest
 
 from storelib.config import BrokerConfig, load_broker_config
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8-sample"
+pytest.register_assert_rewrite("tests.reference")  # its assertions explain themselves like a test's
+
+
+def _fixture_dir() -> Path:
+    """``shared/fixtures/rocketmq-4.9.8-sample`` in the nearest directory above the checkout that has it
+    (``../shared`` of the main checkout, ``../../shared`` of a worktree under ``wt/``)."""
+    repo = Path(__file__).resolve().parents[1]
+    candidates = [p / "shared" / "fixtures" / "rocketmq-4.9.8-sample" for p in repo.parents]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+FIXTURE_DIR = _fixture_dir()
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,9 @@ HOLD_LOCK = (
 )
 
 
-def copy_store(src: Path, dst: Path) -> Path:
-    """A writable copy of a (read-only) fixture store, without its DAMAGE.md."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("DAMAGE.md"))
+def copy_store(src: Path, dst: Path, without: tuple[str, ...] = ()) -> Path:
+    """A writable copy of a (read-only) fixture store, without its DAMAGE.md and the ``without`` names."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("DAMAGE.md", *without))
     for p in [dst, *dst.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     return dst

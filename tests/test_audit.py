@@ -30,6 +30,7 @@ from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 CFG = load_broker_config(FIXTURE_DIR / "broker.conf")
 CLEAN, CRASHED, EXPIRED = FIXTURE_DIR / "clean", FIXTURE_DIR / "crashed", FIXTURE_DIR / "expired"
 MAX_OFFSET = 3_444_995  # end of clean/'s last record
+LAST_TS = 1_795_312_760_863  # store time of clean/'s (and crashed/'s) last record
 EXPIRED_MIN = 1_441_792
 
 
@@ -229,7 +230,7 @@ def test_crash_recovery_from_a_lagging_checkpoint_would_truncate_at_the_crc_fail
     ckpt = Checkpoint.unpack((CRASHED / "checkpoint").read_bytes())
     segments = crashed_segments()
     assert recovery_start(segments, ckpt, abort=True) == 0
-    out = check_commitlog(segments, CRC, ckpt, True, CFG, MAX_OFFSET, 1_795_312_760_863, 1_795_312_760_863)
+    out = check_commitlog(segments, CRC, ckpt, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS)
     kinds = {f.kind: f for f in out}
     assert set(kinds) == {"recovery-would-truncate", "abort-marker", "commitlog-preallocated"}
     f = kinds["recovery-would-truncate"]
@@ -237,15 +238,30 @@ def test_crash_recovery_from_a_lagging_checkpoint_would_truncate_at_the_crc_fail
     assert "43%" in f.message
     assert kinds["commitlog-preallocated"].file == "commitlog/00000000000003538944"
     # with the checkpoint recover writes, recovery starts past the damage
-    fixed = Checkpoint(1_795_312_760_863, 1_795_312_760_863, 1_795_312_760_863)
-    out = check_commitlog(segments, CRC, fixed, True, CFG, MAX_OFFSET, 1_795_312_760_863, 1_795_312_760_863)
+    fixed = Checkpoint(LAST_TS, LAST_TS, LAST_TS)
+    out = check_commitlog(segments, CRC, fixed, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS)
     assert "recovery-would-truncate" not in {f.kind for f in out}
 
 
-def test_checkpoint_ahead_of_the_data_is_an_error() -> None:
-    ckpt = Checkpoint(2_000_000_000_000, 0, 0)
-    out = check_commitlog(crashed_segments(), [], ckpt, False, CFG, MAX_OFFSET, 1_795_312_760_863, 0)
-    assert [f.kind for f in out if f.kind == "checkpoint-ahead"] == ["checkpoint-ahead"]
+@pytest.mark.parametrize(
+    ("ckpt", "expected"),
+    [
+        (Checkpoint(LAST_TS, LAST_TS - 5), []),  # a checkpoint at the data's end vouches for nothing missing
+        (Checkpoint(LAST_TS + 1, 0), [(None, "physicMsgTimestamp", f"<= {LAST_TS}", str(LAST_TS + 1))]),
+        (Checkpoint(0, LAST_TS - 4), [(None, "logicsMsgTimestamp", f"<= {LAST_TS - 5}", str(LAST_TS - 4))]),
+        (
+            Checkpoint(0, 0, confirm_phy_offset=MAX_OFFSET + 1),
+            [(MAX_OFFSET, "confirmPhyOffset", f"<= {MAX_OFFSET}", str(MAX_OFFSET + 1))],
+        ),
+    ],
+)
+def test_checkpoint_ahead_of_the_data_is_an_error(ckpt: Checkpoint, expected: list[tuple]) -> None:
+    """physicMsgTimestamp past the last record, logicsMsgTimestamp past the last dispatched one, or
+    confirmPhyOffset past the last valid record: each one error on the checkpoint file, with both values."""
+    out = check_commitlog(crashed_segments(), [], ckpt, False, CFG, MAX_OFFSET, LAST_TS, LAST_TS - 5)
+    ahead = [f for f in out if f.kind == "checkpoint-ahead"]
+    assert [(f.commitlog_offset, f.message.split()[0], f.expected, f.actual) for f in ahead] == expected
+    assert all((f.severity, f.file) == ("error", "checkpoint") for f in ahead)
 
 
 # --- IndexFile ---------------------------------------------------------------------------------

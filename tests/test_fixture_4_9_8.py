@@ -1,9 +1,10 @@
-"""Byte equality with a store the real RocketMQ 4.9.8 broker wrote, using storelib only.
+"""Byte equality with a store the real RocketMQ 4.9.8 broker wrote: storelib, and the tests' reference.
 
 clean/ and expired/: every ConsumeQueue file and IndexFile is rebuilt from the commitlog
 (scanner -> dispatch_batch -> QueueFiles / IndexFileSeries) and compared with the broker's files;
 the scanner's records are compared with the broker's own dump of them. crashed/: the scanner
-finds exactly the damage crashed/DAMAGE.md describes.
+finds exactly the damage crashed/DAMAGE.md describes. tests.reference, the plain-Python oracle other
+tests judge storelib with, is held to the same files here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from storelib.config import BrokerConfig
 from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch
 from storelib.indexfile import IndexFileReader, IndexFileSeries, IndexHeader, query_offsets
+from tests import reference
 
 BLANK_MAGIC = -875286124
 EXPECTED = {"clean": "expected", "expired": "expected/expired"}
@@ -201,6 +203,20 @@ def test_index_files_are_byte_identical(store, fixture_dir: Path) -> None:
         )
         for h in expected
     ]
+
+
+def test_the_reference_dispatch_writes_the_broker_files(store, fixture_dir: Path, fixture_cfg: BrokerConfig) -> None:
+    """tests.reference, the oracle of test_generate and test_rebuild, against the real broker: its walk and
+    tagsCode equal the broker's dump, its ConsumeQueue files and IndexFiles the broker's bytes."""
+    name, root, _ = store
+    dump = [r for r in expected_records(fixture_dir, name) if r["type"] == "MSG"]
+    delays = reference.delay_table_ms(fixture_cfg.messageDelayLevel)
+    walked = [
+        (r.offset, r.total_size, r.topic, r.queue_offset, reference.tags_code(r, delays))
+        for r in reference.walk_commitlog(root / "commitlog")
+    ]
+    assert walked == [(r["offset"], r["size"], r["topic"], r["queueOffset"], r["tagsCode"]) for r in dump]
+    reference.assert_index_equals_reference(root, root, fixture_cfg)
 
 
 def test_dump_summary(store, fixture_dir: Path) -> None:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import itertools
+import struct
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jobs import generate as generate_job
 from storelib.checkpoint import Checkpoint
-from storelib.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message, encode_message
+from storelib.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
 from storelib.config import BrokerConfig, load_broker_config
 from storelib.constants import (
     FLAG_BORNHOST_V6,
@@ -28,8 +28,6 @@ from storelib.constants import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from storelib.consumequeue import build_queue_files, decode_units
-from storelib.dispatch import dispatch_batch
 from storelib.generate import (
     LONG_TOPIC,
     PRESETS,
@@ -37,7 +35,8 @@ from storelib.generate import (
     generate_store,
     java_properties_string,
 )
-from storelib.indexfile import build_index_file, entries_per_file, needs_empty_tail_file
+from tests.reference import MAGIC_V1, MAGIC_V2, assert_index_equals_reference, store_files, walk_commitlog
+from tests.storecopy import tree_digest
 
 #: every feature on, small files of every kind: ~14 segments, 2-3 CQ files per business queue, ~20 IndexFiles
 SMALL_CFG = BrokerConfig(
@@ -81,49 +80,6 @@ def scan_store(root: Path, cfg: BrokerConfig) -> list[Segment]:
     return out
 
 
-def rebuild_index(root: Path, cfg: BrokerConfig) -> tuple[dict[str, bytes], list[bytes]]:
-    """ConsumeQueue files (by relative path) and IndexFiles (in order) rebuilt from the commitlog alone."""
-    queues: dict[tuple[str, int], list[tuple[int, int, int, int]]] = defaultdict(list)
-    keys: list[np.ndarray] = []
-    last_message = -1
-    for seg in scan_store(root, cfg):
-        for b in seg.batches:
-            d = dispatch_batch(b, cfg)
-            topics = b.topic
-            for i in np.flatnonzero(d.to_consume_queue):
-                entry = (int(b.queue_offset[i]), int(b.physical_offset[i]), int(b.total_size[i]), int(d.tags_code[i]))
-                queues[(topics[i], int(b.queue_id[i]))].append(entry)
-            r = d.index_record
-            keys.append(np.stack([d.index_key_hash.astype(np.int64), b.physical_offset[r], b.store_timestamp[r]], 1))
-            last_message = int(b.physical_offset[-1])
-    cq = {
-        f"consumequeue/{topic}/{qid}/{name}": data
-        for (topic, qid), entries in queues.items()
-        for name, data in build_queue_files(entries, cfg.cq_file_size)
-    }
-    allkeys = np.concatenate(keys)
-    per_file = entries_per_file(cfg.maxIndexNum)
-    index, inherited = [], (0, 0)
-    chunks = [allkeys[i : i + per_file] for i in range(0, len(allkeys), per_file)]
-    if needs_empty_tail_file(len(allkeys), cfg.maxIndexNum, last_message > int(allkeys[-1, 1])):
-        chunks.append(allkeys[:0])
-    for c in chunks:
-        header, data = build_index_file(c[:, 0], c[:, 1], c[:, 2], inherited, cfg)
-        inherited = (header.end_phy_offset, header.end_timestamp)
-        index.append(data)
-    return cq, index
-
-
-def store_files(root: Path, sub: str) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / sub).rglob("*")) if p.is_file()}
-
-
-def digest(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
-    }
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> tuple[Path, object, list[Segment]]:
     root = tmp_path_factory.mktemp("gen") / "store"
@@ -162,17 +118,21 @@ def test_blank_only_when_the_next_record_plus_8_bytes_does_not_fit(store):
     _, _, segments = store
     for seg, nxt in itertools.pairwise(segments):
         blank = seg.start + len(seg.data) - seg.scanner.end.offset
-        first_next = len(encode_message(nxt.records[0]))
+        first_next = int(nxt.batches[0].total_size[0])
         assert 8 <= blank < first_next + 8, seg.name
 
 
-def test_records_are_what_encode_message_writes_at_their_offsets(store):
-    _, _, segments = store
-    for seg in segments:
-        for offset, m in zip(seg.offsets, seg.records):
-            assert m.physical_offset == offset
-            raw = seg.data[offset - seg.start : offset - seg.start + len(encode_message(m))]
-            assert encode_message(m) == raw
+def test_records_are_what_the_spec_decodes_at_their_offsets(store):
+    """The scanner's records (every other test's view) against a decoder written from the spec's table."""
+    root, _, segments = store
+    reference = list(walk_commitlog(root / "commitlog"))
+    assert [r.offset for r in reference] == [o for o, _ in all_records(segments)]
+    for r, (_, m) in zip(reference, all_records(segments)):
+        assert (r.physical_offset, r.total_size) == (r.offset, r.length_of_fields), r.offset
+        assert r.body_crc == zlib.crc32(r.body) & 0x7FFFFFFF
+        assert r.magic == (MAGIC_V2 if len(r.topic.encode()) > 127 else MAGIC_V1), r.offset
+        seen = (m.topic, m.queue_id, m.queue_offset, m.sys_flag, m.store_timestamp, m.body, m.property_map())
+        assert seen == (r.topic, r.queue_id, r.queue_offset, r.sys_flag, r.store_timestamp, r.body, r.properties)
 
 
 def test_queue_offsets_dense_per_queue_and_zero_for_prepared_and_rollback(store):
@@ -261,12 +221,10 @@ def test_properties_are_in_java_hashmap_order_like_the_4_9_8_broker():
 
 def test_consumequeue_and_index_files_equal_an_independent_rebuild(store):
     root, summary, _ = store
-    cq, index = rebuild_index(root, SMALL_CFG)
-    assert store_files(root, "consumequeue") == cq
+    assert_index_equals_reference(root, root, SMALL_CFG)
     generated_index = store_files(root, "index")
-    assert list(generated_index.values()) == index
-    assert len(index) == summary.index_files > 5
-    assert len(cq) == summary.cq_files > summary.queues
+    assert len(generated_index) == summary.index_files > 5
+    assert len(store_files(root, "consumequeue")) == summary.cq_files > summary.queues
     assert all(len(name.rsplit("/", 1)[1]) == 17 for name in generated_index)
 
 
@@ -293,14 +251,10 @@ def test_deleted_head_segments_leave_pre_blank_queues_like_a_broker_rebuild(expi
     _, full_summary, full_segments = store
     assert summary.segments == full_summary.segments - 3
     assert [s.data for s in scan_store(root, SMALL_CFG)] == [s.data for s in full_segments[3:]]
-    cq, index = rebuild_index(root, SMALL_CFG)
-    assert store_files(root, "consumequeue") == cq
-    assert list(store_files(root, "index").values()) == index
-    pre_blank = 0
-    for data in cq.values():
-        units = decode_units(data)
-        pre_blank += int(((units["offset"] == 0) & (units["size"] == 0x7FFFFFFF)).sum())
-    assert pre_blank > 0
+    assert_index_equals_reference(root, root, SMALL_CFG)
+    blank_unit = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)
+    cq = store_files(root, "consumequeue").values()
+    assert sum(data[i : i + 20] == blank_unit for data in cq for i in range(0, len(data), 20)) > 0
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
@@ -308,8 +262,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     a = generate_store(tmp_path / "a", spec, SMALL_CFG)
     generate_store(tmp_path / "b", spec, SMALL_CFG)
     generate_store(tmp_path / "c", dataclasses.replace(spec, seed=8), SMALL_CFG)
-    assert digest(tmp_path / "a") == digest(tmp_path / "b")
-    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+    assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b")
+    assert tree_digest(tmp_path / "a") != tree_digest(tmp_path / "c")
     assert a.messages == 400
 
 
@@ -327,9 +281,8 @@ def test_refuses_an_existing_store_and_impossible_settings_and_keeps_the_last_se
         tmp_path / "x", dataclasses.replace(SMALL_SPEC, messages=50, deleted_head_segments=2), SMALL_CFG
     )
     assert (one.segments, one.deleted_segments, one.index_files) == (1, 0, 1)  # the last segment is always kept
-    cq, index = rebuild_index(tmp_path / "x", SMALL_CFG)
-    assert store_files(tmp_path / "x", "consumequeue") == cq and len(cq) == one.cq_files > 0
-    assert list(store_files(tmp_path / "x", "index").values()) == index
+    assert_index_equals_reference(tmp_path / "x", tmp_path / "x", SMALL_CFG)
+    assert len(store_files(tmp_path / "x", "consumequeue")) == one.cq_files > 0
     with pytest.raises(ValueError, match="does not fit"):
         big = dataclasses.replace(SMALL_SPEC, body_size=(70_000, 70_000))
         generate_store(tmp_path / "y", big, SMALL_CFG)
@@ -373,12 +326,12 @@ def test_verb_writes_a_store_and_its_broker_config_and_refuses_a_non_empty_dir(t
     assert cfg.maxIndexNum == 4000 and cfg.cq_file_size == 6000
     topics = {p.name for p in (out / "consumequeue").iterdir()}
     assert {"OrderCreated", "Billing_v1"} <= topics and "Audit-Log" not in topics
-    before = digest(out)
+    before = tree_digest(out)
     assert run_verb(*args) == 1  # not empty
-    assert digest(out) == before
+    assert tree_digest(out) == before
     (out / "notes.txt").write_text("kept")
     assert run_verb(*args, "--force", "--seed", "4") == 0
-    assert digest(out) != before and (out / "notes.txt").read_text() == "kept"
+    assert tree_digest(out) != before and (out / "notes.txt").read_text() == "kept"
 
 
 def test_verb_uses_the_broker_config_file(tmp_path, capsys):

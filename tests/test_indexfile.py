@@ -23,8 +23,8 @@ from storelib.indexfile import (
     needs_empty_tail_file,
     query_offsets,
 )
-from storelib.javahash import java_hash
 from tests.builders import encode_segment, msg, scan
+from tests.reference import ReferenceIndexService
 from tests.roundtrip import assert_roundtrip
 
 INT_MAX = 2**31 - 1
@@ -193,94 +193,7 @@ def test_needs_empty_tail_file(entries: int, max_index_num: int, more: bool, tai
     assert needs_empty_tail_file(entries, max_index_num, more) is tail
 
 
-# --- the reference: IndexService.buildIndex + IndexFile.putKey, key by key ----------------------
-
-
-class ReferenceIndexFile:
-    """``IndexFile`` over a bytearray, statement by statement as in the broker (seed 002, the spec)."""
-
-    def __init__(self, cfg: BrokerConfig, end_phy_offset: int, end_timestamp: int) -> None:
-        self.slot_num, self.index_num = cfg.maxHashSlotNum, cfg.maxIndexNum
-        self.every_put = cfg.hashSlotCountRule == "every-put"
-        self.buf = bytearray(40 + self.slot_num * 4 + self.index_num * 20)
-        self.begin_phy = self.end_phy = end_phy_offset if end_phy_offset > 0 else 0
-        self.begin_ts = self.end_ts = end_timestamp if end_timestamp > 0 else 0
-        self.hash_slot_count = 0
-        self.index_count = 1
-
-    def is_write_full(self) -> bool:
-        return self.index_count >= self.index_num
-
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        if self.index_count >= self.index_num:
-            return False
-        h = java_hash(key)
-        key_hash = 0 if h == -(2**31) else abs(h)  # Math.abs(MIN_VALUE) stays negative: 0
-        abs_slot_pos = 40 + key_hash % self.slot_num * 4
-        (slot_value,) = struct.unpack_from(">i", self.buf, abs_slot_pos)
-        if slot_value <= 0 or slot_value > self.index_count:
-            slot_value = 0
-        diff = store_timestamp - self.begin_ts
-        time_diff = abs(diff) // 1000 * (1 if diff >= 0 else -1)  # Java long division truncates
-        if self.begin_ts <= 0:
-            time_diff = 0
-        elif time_diff > INT_MAX:
-            time_diff = INT_MAX
-        elif time_diff < 0:
-            time_diff = 0
-        abs_index_pos = 40 + self.slot_num * 4 + self.index_count * 20
-        struct.pack_into(">iqii", self.buf, abs_index_pos, key_hash, phy_offset, time_diff, slot_value)
-        struct.pack_into(">i", self.buf, abs_slot_pos, self.index_count)
-        if self.index_count <= 1:
-            self.begin_phy = phy_offset
-            self.begin_ts = store_timestamp
-        if self.every_put or slot_value == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
-        self.end_phy = phy_offset
-        self.end_ts = store_timestamp
-        return True
-
-    def to_bytes(self) -> bytes:
-        header = (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.hash_slot_count, self.index_count)
-        struct.pack_into(">qqqqii", self.buf, 0, *header)
-        return bytes(self.buf)
-
-
-class ReferenceIndexService:
-    """``IndexService.buildIndex`` for each dispatched message, in commitlog order."""
-
-    def __init__(self, cfg: BrokerConfig) -> None:
-        self.cfg = cfg
-        self.files: list[ReferenceIndexFile] = []
-
-    def retry_get_and_create_index_file(self) -> ReferenceIndexFile:
-        if self.files and not self.files[-1].is_write_full():
-            return self.files[-1]
-        end_phy, end_ts = (self.files[-1].end_phy, self.files[-1].end_ts) if self.files else (0, 0)
-        self.files.append(ReferenceIndexFile(self.cfg, end_phy, end_ts))
-        return self.files[-1]
-
-    def build_index(self, offset: int, ts: int, topic: str, tran: int, uniq: str | None, keys: str | None) -> None:
-        index_file = self.retry_get_and_create_index_file()
-        if offset < index_file.end_phy:
-            return
-        if tran == 0xC:  # ROLLBACK
-            return
-        if uniq is not None:
-            index_file = self.put_key(index_file, f"{topic}#{uniq}", offset, ts)
-        if keys:
-            for key in keys.split(" "):
-                if key:
-                    index_file = self.put_key(index_file, f"{topic}#{key}", offset, ts)
-
-    def put_key(self, index_file: ReferenceIndexFile, key: str, offset: int, ts: int) -> ReferenceIndexFile:
-        while not index_file.put_key(key, offset, ts):
-            index_file = self.retry_get_and_create_index_file()
-        return index_file
-
-    def files_bytes(self) -> list[bytes]:
-        return [f.to_bytes() for f in self.files]
+# --- the reference (tests.reference): IndexService.buildIndex + IndexFile.putKey, key by key -------
 
 
 def reference_index(messages: list[Message], offsets: list[int], cfg: BrokerConfig) -> list[bytes]:
@@ -302,7 +215,7 @@ def rebuilt_index(data: bytes, cfg: BrokerConfig, chunk_size: int, batch_records
         last = int(batch.physical_offset[-1])
         files += series.add(d.index_key_hash, batch.physical_offset[r], batch.store_timestamp[r], last)
     files += series.finish()
-    assert [h for h, _ in files] == series.headers
+    assert [h for h, _ in files] == [IndexHeader.unpack(data) for _, data in files]  # each header is its file's
     return [data for _, data in files]
 
 

@@ -126,7 +126,12 @@ def test_hostile_and_odd_names_are_reported_not_followed(tmp_path):
     (root / "commitlog" / "notes.txt").write_text("hi")
     (root / "index" / "garbage\x1b[2J").write_bytes(b"\xff" * 100)
     r = inspect_store(root, SMALL_CFG)
-    assert "COMMITLOG" in inspect_job.format_report(r)  # garbage timestamps do not break the tables
+    text = inspect_job.format_report(r)
+    assert "\x1b" not in text  # a name never sends control characters to the terminal
+    # the garbage header reads as -1 everywhere (eight 0xff bytes): -1 ms is 1969-12-31 23:59:59.999 UTC
+    (row,) = [line for line in text.splitlines() if line.startswith("'garbage")]
+    assert row.split() == ["'garbage\\x1b[2J'", *["1969-12-31", "23:59:59.999"] * 2, "-1", "-1", "-1", "-1", "no"]
+    assert not any(line.startswith(("con$umer", "..evil", "LinkedTopic")) for line in text.splitlines())
     problems = "\n".join(r.all_problems())
     for name in ("con$umer", "..evil", "a b", "LinkedTopic"):
         assert f"consumequeue/{name}: " in problems, name

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
-from storelib.commitlog import Message, SegmentScanner, encode_message
+from storelib.commitlog import Message, encode_message
 from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
-from storelib.dispatch import dispatch_batch
 from storelib.errors import DamageStop
 from storelib.generate import PRESETS, generate_store
+from tests import storecopy
 from tests.conftest import FIXTURE_DIR
+from tests.reference import assert_index_equals_reference, assert_index_files, store_files, walk_commitlog
 
 pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture not present")
 
@@ -28,22 +26,9 @@ def cfg() -> BrokerConfig:
     return load_broker_config(FIXTURE_DIR / "broker.conf")
 
 
-def tree_digest(root: Path, sub: str) -> dict[str, str]:
-    """sha256 of every file under root/sub, by relative path."""
-    base = root / sub
-    return {
-        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(base.rglob("*"))
-        if p.is_file()
-    }
-
-
 def assert_same_index(live: Path, rebuilt: Path) -> None:
-    """ConsumeQueue files equal by path and bytes; IndexFiles equal by bytes, in name order (names differ)."""
-    assert tree_digest(rebuilt, "consumequeue") == tree_digest(live, "consumequeue")
-    live_index = list(tree_digest(live, "index").values())
-    rebuilt_index = list(tree_digest(rebuilt, "index").values())
-    assert rebuilt_index == live_index
+    """The ConsumeQueue files by path and bytes, the IndexFiles by order and bytes (names differ)."""
+    assert_index_files(rebuilt, store_files(live, "consumequeue"), list(store_files(live, "index").values()))
 
 
 @pytest.mark.parametrize("store", ["clean", "expired"])
@@ -81,17 +66,15 @@ def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spa
 def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
     out = tmp_path / "out"
     rebuild(Run(spark, cfg), str(FIXTURE_DIR / "expired"), str(out))
-    first = tree_digest(out, "")
+    first = storecopy.tree_digest(out)
     rebuild(Run(spark, cfg), str(FIXTURE_DIR / "expired"), str(out))
-    assert tree_digest(out, "") == first
+    assert storecopy.tree_digest(out) == first
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old output left behind
 
 
 def copy_store(name: str, dest: Path) -> Path:
-    shutil.copytree(FIXTURE_DIR / name, dest, ignore=shutil.ignore_patterns("consumequeue", "index", "DAMAGE.md"))
-    for p in dest.rglob("*"):
-        os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    return dest
+    """A writable copy of a fixture store's commitlog and checkpoint (no index to compare with)."""
+    return storecopy.copy_store(FIXTURE_DIR / name, dest, without=("consumequeue", "index"))
 
 
 def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spark, cfg, tmp_path):
@@ -164,12 +147,10 @@ def divisor_at_least(n: int, low: int) -> int:
     return next(d for d in range(low, n + 1) if n % d == 0)
 
 
-def last_message_has_index_keys(store: Path, cfg: BrokerConfig) -> bool:
-    last = sorted((store / "commitlog").iterdir())[-1]
-    with open(last, "rb") as f:
-        batches = list(SegmentScanner(f, last.name, int(last.name), last.stat().st_size))
-    d = dispatch_batch(batches[-1], cfg)
-    return len(d.index_record) > 0 and d.index_record[-1] == len(batches[-1]) - 1
+def last_message_has_index_keys(store: Path) -> bool:
+    *_, last = walk_commitlog(store / "commitlog")
+    keys = [k for k in last.properties.get("KEYS", "").split(" ") if k]
+    return last.sys_flag & 0xC != 0xC and ("UNIQ_KEY" in last.properties or bool(keys))
 
 
 @pytest.mark.parametrize("exact_fill", [False, True])
@@ -185,13 +166,13 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
         for seed in range(20):  # a seed whose last message has no index keys
             spec = dataclasses.replace(spec, seed=seed)
             entries = generate_store(tmp_path / f"probe{seed}", spec, cfg).index_entries
-            if not last_message_has_index_keys(tmp_path / f"probe{seed}", cfg):
+            if not last_message_has_index_keys(tmp_path / f"probe{seed}"):
                 break
         cfg = dataclasses.replace(cfg, maxIndexNum=divisor_at_least(entries, entries // 7) + 1)
     summary = generate_store(tmp_path / "store", spec, cfg)
     assert summary.deleted_segments == 2 and summary.kinds["v2"] > 0
     result = rebuild(Run(spark, cfg), str(tmp_path / "store"), str(tmp_path / "out"))
-    assert_same_index(tmp_path / "store", tmp_path / "out")
+    assert_index_equals_reference(tmp_path / "store", tmp_path / "out", cfg)
     assert len(result.report["index_files"]) == summary.index_files > 2
     if exact_fill:
         assert [f["index_count"] for f in result.report["index_files"][-2:]] == [cfg.maxIndexNum, 1]

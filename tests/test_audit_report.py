@@ -1,0 +1,140 @@
+"""jobs.audit_report: report.html never lets a name from the store become markup; the console summary's lines."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+from jobs.audit_report import console_summary, render_html
+from storelib.findings import Finding, finding
+from storelib.report import audit_summary
+
+HOSTILE = '<script>alert("x")</script>&amp;'
+IMG = "<img src=x onerror=alert(1)>"
+#: every element report.html is made of: anything else in the parsed page came from the data
+PAGE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "p",
+    "code",
+    "span",
+    "table",
+    "tr",
+    "th",
+    "td",
+}
+PAGE_TAGS |= {"svg", "rect", "line", "text"}
+
+
+def report(findings: list[Finding], exit_code: int, **run: Any) -> dict[str, Any]:
+    """An audit report.json with one divergent queue of a hostile topic and one repair."""
+    counts = {
+        "commitlog": {"segments": 1, "messages": 7, "min_offset": 0, "max_offset": 4000},
+        "queues": {"audited": 3, "ok": 2},
+        "index": {"live_files": 2, "rebuilt_files": 2, "keys_total": 9, "keys_checked": 9, "entries_checked": 9},
+    }
+    queue = {"topic": HOSTILE, "queue_id": 0, "status": "error", "kinds": [IMG], "live_entries": 5, "live_end": 5}
+    queue |= {"rebuilt_entries": 6, "rebuilt_min": 0, "rebuilt_end": 6, "first_bad_queue_offset": 2, "bad_entries": 1}
+    return {
+        "run": {
+            "store": f"/stores/{HOSTILE}",
+            "rebuilt": f"/rebuilt/{IMG}",
+            "started_at": "2026-11-23T01:00:00+00:00",
+            "seconds": 12.04,
+            "segments": [{"file": "00000000000000000000", "start": 0, "messages": 7, "end_offset": 4000}],
+            **run,
+        },
+        "summary": audit_summary(findings, exit_code, counts),
+        "findings": [f.to_dict() for f in findings],
+        "queues": [queue],
+        "index_files": [],
+        "repairs": [{"action": "replace", "file": f"consumequeue/{HOSTILE}/0/{0:020d}", "source": "x", "reason": IMG}],
+    }
+
+
+def wrong_entry() -> Finding:
+    return finding(
+        "cq-wrong-entries",
+        f"consumequeue/{HOSTILE}/0",
+        f"1 entry of {HOSTILE} differs {IMG}",
+        topic=HOSTILE,
+        queue_id=0,
+        queue_offset=2,
+        commitlog_offset=1200,
+        count=1,
+        expected=HOSTILE,
+        actual=IMG,
+    )
+
+
+def crc(offset: int) -> Finding:
+    return finding("crc-mismatch", f"commitlog/{IMG}", f"BODYCRC {IMG}", commitlog_offset=offset)
+
+
+class Page(HTMLParser):
+    """What a browser builds from the page: its elements and its text."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.text: list[str] = []
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        assert not any(name.startswith("on") for name, _ in attrs), (tag, attrs)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_render_html_shows_hostile_names_as_text_never_as_markup() -> None:
+    page = render_html(report([wrong_entry(), crc(100)], 1))
+    parsed = Page(page)
+    assert parsed.tags <= PAGE_TAGS, parsed.tags - PAGE_TAGS
+    text = "".join(parsed.text)
+    # each name is shown as it is, in every place it appears: title, store, queue row and chart, finding,
+    # expected/actual, repair
+    assert text.count(HOSTILE) >= 7 and text.count(IMG) >= 6
+    assert f"rmqstore audit: /stores/{HOSTILE}" in text
+    assert "<script" not in page and "<img" not in page
+
+
+def test_console_summary_lists_the_worst_fifteen_then_one_line() -> None:
+    findings = [wrong_entry()] + [crc(100 + i) for i in range(16)]
+    findings.append(finding("cq-expired-head", "consumequeue/T/0", "head expired", topic="T", queue_id=0))
+    lines = console_summary(report(findings, 1), "/reports/run1").splitlines()
+    assert (
+        lines[0]
+        == f"  ERROR   cq-wrong-entries: consumequeue/{HOSTILE}/0 @ queue offset 2: 1 entry of {HOSTILE} differs {IMG}"
+    )
+    assert lines[1] == f"  WARNING crc-mismatch: commitlog/{IMG}: BODYCRC {IMG}"
+    assert len(lines) == 17 and lines[15] == "  ... 2 more in the report"  # 17 divergences; the info is not listed
+    assert lines[16] == (
+        "audit: DIVERGENT: 1 errors, 16 warnings, 1 infos; 3 queues (2 ok), 2 index files, 12.0 s "
+        "-> /reports/run1/report.html"
+    )
+
+
+def test_console_summary_of_a_clean_incremental_run_says_what_it_skipped() -> None:
+    scope = {"note": "incremental since run r1", "skipped": ["3 commitlog segments below offset 3014656"]}
+    history = {"table": "/tables/history", "run_id": "r2", "version": 7}
+    lines = console_summary(report([], 0, scope=scope, history=history), None).splitlines()
+    assert lines == [
+        "  note: incremental since run r1",
+        "  skipped 3 commitlog segments below offset 3014656",
+        "  history: run r2 in /tables/history, version 7",
+        "audit: clean: 0 errors, 0 warnings, 0 infos; 3 queues (2 ok), 2 index files, 12.0 s",
+    ]
+    failed = {"table": "/tables/history", "run_id": "r2", "error": "commit conflict"}
+    assert console_summary(report([], 2, history=failed), None).splitlines() == [
+        "  history: run r2 in /tables/history, not written: commit conflict",
+        "audit: COULD NOT AUDIT: 0 errors, 0 warnings, 0 infos; 3 queues (2 ok), 2 index files, 12.0 s",
+    ]

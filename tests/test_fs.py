@@ -1,0 +1,69 @@
+"""udfs.fs on the local filesystem, directly and through a non-local pyarrow FileSystem (SubTreeFileSystem)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from udfs.fs import join, list_files, read_file, resolve, write_file
+
+ZEROS_CHUNK = 8 << 20  # write_file's zero buffer: a size past it needs more than one write
+
+
+def test_resolve_local_paths_and_file_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    fs, path = resolve("store/commitlog")
+    assert isinstance(fs, pafs.LocalFileSystem) and path == f"{tmp_path}/store/commitlog"
+    fs, path = resolve(f"file://{tmp_path}/store/../out")
+    assert isinstance(fs, pafs.LocalFileSystem) and path.endswith("/out")
+    assert join("a", "b/c", "d") == "a/b/c/d"
+
+
+def test_write_file_leaves_a_hole_for_the_zeros_on_local_disk(tmp_path: Path) -> None:
+    fs, root = resolve(str(tmp_path))
+    path = join(root, "consumequeue", "T", "0", f"{0:020d}")  # parent directories are created
+    size = 64 << 20
+    write_file(fs, path, b"unit" * 5, size)
+    st = os.stat(path)
+    assert st.st_size == size
+    assert st.st_blocks * 512 < 1 << 20  # a hole, not 64 MiB of written zeros
+    with open(path, "rb") as f:
+        assert f.read(20) == b"unit" * 5
+        f.seek(size - 4096)
+        assert f.read() == bytes(4096)
+
+
+@pytest.mark.parametrize("size", [None, 10, 64, ZEROS_CHUNK + 30, 2 * ZEROS_CHUNK + 10])
+def test_write_file_through_a_non_local_filesystem_writes_the_zeros(tmp_path: Path, size: int | None) -> None:
+    """Any other FileSystem (HDFS, S3) gets the zeros written: here a SubTreeFileSystem over the local disk."""
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    data = bytes(range(40))
+    write_file(fs, "index/20260101000000000", data, size)
+    on_disk = (tmp_path / "index" / "20260101000000000").read_bytes()
+    assert on_disk == data + bytes(max(0, (size or 0) - len(data)))
+    assert read_file(fs, "index/20260101000000000") == on_disk
+
+
+def test_write_file_replaces_a_longer_file(tmp_path: Path) -> None:
+    fs, root = resolve(str(tmp_path))
+    write_file(fs, join(root, "f"), b"x" * 100)
+    write_file(fs, join(root, "f"), b"y", 3)
+    assert read_file(fs, join(root, "f")) == b"y\0\0"
+
+
+def test_list_files_is_sorted_files_only_and_empty_when_missing(tmp_path: Path) -> None:
+    for rel in ("commitlog/00000000000000131072", "commitlog/00000000000000000000", "commitlog/sub/x"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    fs, root = resolve(str(tmp_path / "commitlog"))
+    names = [i.path.rsplit("/", 1)[1] for i in list_files(fs, root)]
+    assert names == ["00000000000000000000", "00000000000000131072"]  # the directory sub/ is not a file
+    assert [i.path[len(root) + 1 :] for i in list_files(fs, root, recursive=True)] == [
+        "00000000000000000000",
+        "00000000000000131072",
+        "sub/x",
+    ]
+    assert list_files(fs, join(root, "missing")) == []

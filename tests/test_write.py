@@ -1,0 +1,134 @@
+"""udfs.write without Spark: the mapInArrow writers driven with pyarrow batches, files checked byte by byte."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from storelib.config import BrokerConfig
+from storelib.indexfile import IndexPlan
+from tests.reference import ReferenceIndexFile, index_key_hash
+from udfs.parse import index_scratch_path
+from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, INDEX_TASK_SCHEMA
+from udfs.write import consume_queue_writer, index_file_writer
+
+#: ConsumeQueue files of 3 units (60 bytes); IndexFiles of 5 slots and 3 entries
+CFG = BrokerConfig(mappedFileSizeConsumeQueue=60, maxHashSlotNum=5, maxIndexNum=4)
+BLANK = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)
+EMPTY = bytes(20)
+
+
+def unit(i: int) -> bytes:
+    """A recognizable unit: commitlog offset 1000*i, size 100+i, tagsCode i."""
+    return struct.pack(">qiq", 1000 * i, 100 + i, i)
+
+
+def runs(*rows: tuple[str, int, int, list[int]]) -> pa.RecordBatch:
+    """CQ_RUN_SCHEMA rows (topic, queue_id, first queue offset, the units' numbers)."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "segment": "s",
+                "topic": t,
+                "queue_id": q,
+                "queue_offset": qo,
+                "count": len(u),
+                "data": b"".join(map(unit, u)),
+            }
+            for t, q, qo, u in rows
+        ],
+        schema=CQ_RUN_SCHEMA,
+    )
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_consume_queue_writer_writes_each_queue_and_summarizes_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write = consume_queue_writer(str(out), CFG)
+    batches = [
+        runs(("Orders", 1, 4, [4, 5]), ("Orders", 1, 6, [6, 7])),  # head expired: starts at queue offset 4
+        runs(("Orders", 1, 8, [8, 9]), ("Orders", 2, 0, [0]), ("Orders", 2, 3, [3])),  # Orders/2: 1 and 2 missing
+        runs(("Orders", 3, 0, [0, 1]), ("Orders", 3, 1, [1]), ("../x", 0, 0, [0])),  # a repeat, a hostile topic
+    ]
+    (summary,) = list(write(iter(batches)))
+    # entry n lives at byte n*20 of the file named floor(n*20/60)*60; the first file of a queue that starts
+    # at n > 0 holds BLANK units before n
+    assert files_under(out) == {
+        "consumequeue/Orders/1/00000000000000000060": BLANK + unit(4) + unit(5),
+        "consumequeue/Orders/1/00000000000000000120": unit(6) + unit(7) + unit(8),
+        "consumequeue/Orders/1/00000000000000000180": unit(9) + EMPTY + EMPTY,
+        "consumequeue/Orders/2/00000000000000000000": unit(0) + EMPTY + EMPTY,
+        "consumequeue/Orders/2/00000000000000000060": unit(3) + EMPTY + EMPTY,
+        "consumequeue/Orders/3/00000000000000000000": unit(0) + unit(1) + EMPTY,
+    }
+    rows = summary.to_pylist()
+    findings = {(r["topic"], r["queue_id"]): json.loads(r["findings"]) for r in rows}
+    assert [(r["topic"], r["queue_id"], r["entries"], r["min_offset"], r["max_offset"], r["files"]) for r in rows] == [
+        ("Orders", 1, 6, 4, 10, [f"{n:020d}" for n in (60, 120, 180)]),
+        ("Orders", 2, 2, 0, 4, [f"{n:020d}" for n in (0, 60)]),
+        ("Orders", 3, 2, 0, 2, [f"{0:020d}"]),
+        ("../x", 0, 0, 0, 0, []),
+    ]
+    assert findings["Orders", 1] == []
+
+    def where(f: dict) -> tuple:
+        return f["kind"], f["file"], f["queue_offset"], f["commitlog_offset"], f["count"]
+
+    assert [where(f) for f in findings["Orders", 2]] == [("queue-offset-gap", "consumequeue/Orders/2", 1, 3000, 2)]
+    assert [where(f) for f in findings["Orders", 3]] == [
+        ("duplicate-queue-offset", "consumequeue/Orders/3", 1, 1000, 1)
+    ]
+    assert [(f["kind"], f["file"], f["topic"]) for f in findings["../x", 0]] == [
+        ("hostile-topic-name", "commitlog", "../x")
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing written outside OUT
+
+
+def test_consume_queue_writer_without_runs_yields_nothing(tmp_path: Path) -> None:
+    assert list(consume_queue_writer(str(tmp_path / "out"), CFG)(iter([runs()]))) == []
+    assert not (tmp_path / "out").exists()
+
+
+TS = 1_700_000_000_000
+#: (key, commitlog offset, store time) in put order; segment A holds the first two, segment B the rest
+KEYS = [("T#a", 100, TS), ("T#b", 100, TS), ("T#a", 300, TS + 2500), ("T#c", 400, TS + 4500), ("T#f", 500, TS + 9000)]
+
+
+def write_scratch(scratch: Path, segment: str, keys: list[tuple[str, int, int]]) -> None:
+    entries = np.array([(index_key_hash(k), o, t) for k, o, t in keys], dtype=INDEX_ENTRY_DTYPE)
+    Path(index_scratch_path(str(scratch), segment)).write_bytes(entries.tobytes())
+
+
+def test_index_file_writer_builds_each_planned_file_like_the_broker(tmp_path: Path) -> None:
+    scratch, out = tmp_path / "scratch", tmp_path / "out"
+    scratch.mkdir()
+    write_scratch(scratch, "A", KEYS[:2])
+    write_scratch(scratch, "B", KEYS[2:])
+    plans = [IndexPlan((("A", 0, 2), ("B", 0, 1)), None), IndexPlan((("B", 1, 3),), ("B", 0))]
+    tasks = pa.RecordBatch.from_pylist(
+        [{"file_no": n, "plan": p.to_json()} for n, p in enumerate(plans)], schema=INDEX_TASK_SCHEMA
+    )
+    rows = [r for b in index_file_writer(str(out), str(scratch), CFG)(iter([tasks])) for r in b.to_pylist()]
+    # the broker: three puts fill file 0; file 1 starts from file 0's end values, so its first entry's
+    # timeDiff is 2 s (against file 0's end time), not 0
+    first = ReferenceIndexFile(CFG, 0, 0)
+    for key in KEYS[:3]:
+        assert first.put_key(*key)
+    second = ReferenceIndexFile(CFG, first.end_phy, first.end_ts)
+    for key in KEYS[3:]:
+        assert second.put_key(*key)
+    assert files_under(out) == {"index/.part-00000000": first.to_bytes(), "index/.part-00000001": second.to_bytes()}
+    columns = ("file_no", "first_store_timestamp", "begin_timestamp", "end_timestamp", "begin_phy_offset")
+    columns += ("end_phy_offset", "hash_slot_count", "index_count")
+    headers = [tuple(r[c] for c in columns) for r in rows]
+    assert headers == [
+        (0, TS, TS, TS + 2500, 100, 300, first.hash_slot_count, 4),
+        (1, TS + 4500, TS + 4500, TS + 9000, 400, 500, second.hash_slot_count, 3),
+    ]
