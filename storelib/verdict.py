@@ -66,7 +66,7 @@ def where(f: Mapping[str, Any]) -> str:
         return queue_name(f)
     if f.get("commitlog_offset") is not None and f["file"].startswith("commitlog/"):
         return f"commitlog offset {f['commitlog_offset']:,}"
-    return f["file"] or "the store"
+    return {"": "the store", "index": "the IndexFiles"}.get(f["file"], f["file"])
 
 
 def area(kind: str) -> str:
