@@ -210,8 +210,15 @@ def plan_html(report: dict[str, Any]) -> str:
         for r in advice["remains"]
     )
     table = _table(["step", "action", "file", "fixes"], rows, (0,)) if rows else f"<p>{_e(advice['why_not'])}.</p>"
+    backup = (
+        f"<p>Before changing anything, <code>--apply</code> copies every file above to <code>{_e(advice['backup'])}"
+        "</code> (with manifest.json: each file's size and sha256); <code>rmqstore recover --store STORE --undo "
+        "BACKUP</code> puts them back.</p>"
+        if rows
+        else ""
+    )
     left = f"<p>Recover leaves as they are:</p><ul>{stays}</ul>" if stays else "<p>Nothing is left afterwards.</p>"
-    return f"<h2>What <code>rmqstore recover</code> changes</h2>{table}{left}"
+    return f"<h2>What <code>rmqstore recover</code> changes</h2>{table}{backup}{left}"
 
 
 # --- charts -------------------------------------------------------------------------------------

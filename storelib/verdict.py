@@ -192,7 +192,7 @@ def recover_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """recover's plan as the audit sees it: the report's ``repairs``, then the checkpoint (rewritten whenever another
     file changes or a CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
     steps = [{k: r[k] for k in ("action", "file", "reason")} for r in report["repairs"]]
-    if steps or any(f["kind"] in CHECKPOINT_KINDS and repairable(f) for f in report["findings"]):
+    if steps or any(f["kind"] in CHECKPOINT_KINDS for f in report["findings"]):
         steps.append({"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"})
     return [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
 
@@ -208,14 +208,17 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config
+    (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
         argv += ["--rebuilt", run["rebuilt"]]
-    config = (run.get("broker_config") or {}).get("path")
-    if config:
-        argv += ["--broker-config", config]
+    config = run.get("broker_config") or {}
+    if config.get("path"):
+        argv += ["--broker-config", config["path"]]
+    elif config and not config.get("defaults", True):
+        argv += ["--broker-config", "BROKER_CONF"]
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

@@ -169,3 +169,15 @@ def test_closing_line_and_exit_code_agree() -> None:
         "abort-marker, crc-mismatch ×2; exit code 1",
         1,
     )
+
+
+def test_settings_from_an_unnamed_file_leave_a_placeholder_not_the_defaults() -> None:
+    report = report_of(finding("checkpoint-unreadable", "checkpoint", "missing").to_dict())
+    report["run"]["broker_config"] = {"path": None, "defaults": False, "checkCRCOnRecover": True}
+    assert (
+        verdict(report)["recover"]["commands"][0]
+        == "rmqstore recover --store '/data/store a' --broker-config BROKER_CONF"
+    )
+    report["run"]["broker_config"]["defaults"] = True
+    assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
+    assert [s["file"] for s in verdict(report)["recover"]["steps"]] == ["checkpoint"]

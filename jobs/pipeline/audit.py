@@ -30,6 +30,7 @@ from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import TASK_BYTES, list_segments, parse_store, plan_parse_tasks, read_summaries, rebuild
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
+from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
 from storelib.layout import (
@@ -223,6 +224,7 @@ def _provenance(a: Audit) -> dict[str, Any]:
         "rebuilt_temporary": a.rebuilt_temporary,
         "broker_config": {
             "path": a.broker_config,
+            "defaults": a.cfg == BrokerConfig(),
             "checkCRCOnRecover": a.cfg.checkCRCOnRecover,
             "mappedFileSizeCommitLog": a.cfg.mappedFileSizeCommitLog,
         },
