@@ -273,8 +273,9 @@ def step_line(i: int, step: Mapping[str, Any], findings: Iterable[Mapping[str, A
     """``  2. replace consumequeue/Metrics/0/…  fixes cq-zeroed-entries (Metrics/0 at queue offset 1,000)``."""
     fixed = step.get("resolves") or resolves(step, findings)
     what = ", ".join(f"{r['kind']} ({r['where']})" for r in fixed) or step["reason"]
-    zero = f" from file offset {step['offset']:,}" if step.get("offset") is not None else ""
-    return f"  {i}. {step['action']} {step['file']}{zero}: fixes {what}"
+    if step["action"] == "truncate":
+        return f"  {i}. zero {step['file']} from file offset {step['offset']:,} to the end: fixes {what}"
+    return f"  {i}. {step['action']} {step['file']}: fixes {what}"
 
 
 def plan_lines(
@@ -292,7 +293,7 @@ def plan_lines(
     lines += [step_line(i, s, report["findings"]) for i, s in enumerate(steps, 1)]
     lines.append(f"  backup: every file above is copied first to {backup or BACKUP_DEFAULT.format(store=store)}")
     for r in remains(report, steps):
-        lines.append(f"  stays: {r['kind']}{' ×' + str(r['count']) if r['count'] > 1 else ''} ({r['why']})")
+        lines.append(f"  stays: {r['kind']}{' ×' + str(r['count']) if r['count'] > 1 else ''} — {r['why']}")
     return lines
 
 

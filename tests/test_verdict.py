@@ -141,16 +141,25 @@ def test_recover_plan_lines_with_recovers_own_steps() -> None:
     steps = [
         {"action": "replace", "file": "consumequeue/Metrics/0/00000000000000016000", "reason": "cq-zeroed-entries"},
         {"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"},
+        {
+            "action": "truncate",
+            "file": "commitlog/00000000000003407872",
+            "reason": "commitlog-torn-tail",
+            "offset": 37123,
+        },
     ]
     lines = plan_lines(report, steps, backup="/backups/b1")
-    assert lines[0] == "recover plan (2 steps; the broker must be stopped):"
+    assert lines[0] == "recover plan (3 steps; the broker must be stopped):"
     assert lines[1] == (
         "  1. replace consumequeue/Metrics/0/00000000000000016000: "
         "fixes cq-zeroed-entries (Metrics/0 at queue offset 1,000)"
     )
     assert lines[2].startswith("  2. replace checkpoint: fixes recovery-would-truncate (commitlog offset 1,965,519)")
-    assert lines[3] == "  backup: every file above is copied first to /backups/b1"
-    stays = [line.split(" (")[0] for line in lines[4:]]
+    assert lines[3] == (
+        "  3. zero commitlog/00000000000003407872 from file offset 37,123 to the end: fixes commitlog-torn-tail"
+    )
+    assert lines[4] == "  backup: every file above is copied first to /backups/b1"
+    stays = [line.split(" — ")[0] for line in lines[5:]]
     assert "  stays: cq-wrong-entries" in stays and "  stays: crc-mismatch ×2" in stays
 
 
