@@ -145,14 +145,21 @@ def _with_times(text: str | None, times: bool) -> str:
     return _TIMESTAMP.sub(lambda m: _time(int(m.group())), escaped) if times else escaped
 
 
-def _table(headers: list[str], rows: list[list[str]], numeric: tuple[int, ...] = ()) -> str:
-    """A table; the columns at positions ``numeric`` are right-aligned numbers."""
+def _table(
+    headers: list[str], rows: list[list[str]], numeric: tuple[int, ...] = (), notes: list[str] | None = None
+) -> str:
+    """A table; the columns at ``numeric`` are right-aligned numbers; ``notes``: a full-width row under each row."""
 
     def cell(tag: str, i: int, content: str) -> str:
         return f'<{tag} class="num">{content}</{tag}>' if i in numeric else f"<{tag}>{content}</{tag}>"
 
+    def note(i: int) -> str:
+        return f'<tr class="what"><td colspan="{len(headers)}">{notes[i]}</td></tr>' if notes else ""
+
     head = "".join(cell("th", i, _e(h)) for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" + note(n) for n, r in enumerate(rows)
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -379,27 +386,24 @@ def findings_html(report: dict[str, Any]) -> str:
     if not report["findings"]:
         return "<h2>Findings</h2><p>No findings.</p>"
     headers = ["finding", "file", "queue offset", "commitlog offset", "file offset", "count", "expected", "found"]
-    rows = []
+    rows, notes = [], []
     for f in report["findings"]:
         times = "Timestamp" in f["message"]
         queue = f"{_e(f['topic'])}/{f['queue_id']}<br>" if f["topic"] is not None else ""
-        cells = [
-            f"{_badge(f['severity'])} {_kind(f['kind'])}",
-            f"{queue}<code>{_e(f['file'])}</code>",
-            _num(f["queue_offset"]),
-            _num(f["commitlog_offset"]),
-            _num(f["file_offset"]),
-            _num(f["count"]),
-            _with_times(f["expected"], times),
-            _with_times(f["actual"], times),
-        ]
         rows.append(
-            "<tr>"
-            + "".join(f'<td class="num">{c}</td>' if 2 <= i <= 5 else f"<td>{c}</td>" for i, c in enumerate(cells))
-            + f'</tr><tr class="what"><td colspan="{len(headers)}">{_with_times(f["message"], times)}</td></tr>'
+            [
+                f"{_badge(f['severity'])} {_kind(f['kind'])}",
+                f"{queue}<code>{_e(f['file'])}</code>",
+                _num(f["queue_offset"]),
+                _num(f["commitlog_offset"]),
+                _num(f["file_offset"]),
+                _num(f["count"]),
+                _with_times(f["expected"], times),
+                _with_times(f["actual"], times),
+            ]
         )
-    head = "".join(f'<th class="num">{h}</th>' if 2 <= i <= 5 else f"<th>{h}</th>" for i, h in enumerate(headers))
-    return f"<h2>Findings ({len(rows)})</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+        notes.append(_with_times(f["message"], times))
+    return f"<h2>Findings ({len(rows)})</h2>" + _table(headers, rows, (2, 3, 4, 5), notes)
 
 
 def queues_html(report: dict[str, Any]) -> str:
