@@ -216,7 +216,11 @@ def plan_html(report: dict[str, Any]) -> str:
         f"<li>{_kind(r['kind'])}{' ×' + str(r['count']) if r['count'] > 1 else ''}: {_e(r['why'])}</li>"
         for r in advice["remains"]
     )
-    table = _table(["step", "action", "file", "fixes"], rows, (0,)) if rows else f"<p>{_e(advice['why_not'])}.</p>"
+    if not rows and not stays:
+        return ""
+    table = (
+        _table(["step", "action", "file", "fixes"], rows, (0,)) if rows else f"<p>Recover: {_e(advice['why_not'])}.</p>"
+    )
     backup = (
         f"<p>Before changing anything, <code>--apply</code> copies every file above to <code>{_e(advice['backup'])}"
         "</code> (with manifest.json: each file's size and sha256); <code>rmqstore recover --store STORE --undo "
@@ -249,9 +253,9 @@ def _tick(at: float, label: str) -> str:
 
 def commitlog_chart(report: dict[str, Any]) -> str:
     """The commitlog by offset: segments, the range a start would truncate, each commitlog finding (worst on top)."""
-    segments = report["run"].get("segments", [])
-    if not segments:
-        return '<p class="muted">No commitlog segment was read.</p>'
+    segments, marked = report["run"].get("segments", []), _commitlog_findings(report)
+    if not segments or not marked:  # a bare row of segments says nothing the summary does not
+        return ""
     seg_size = (report["run"].get("broker_config") or {}).get("mappedFileSizeCommitLog") or (
         segments[1]["start"] - segments[0]["start"] if len(segments) > 1 else max(1, segments[0]["end_offset"])
     )
@@ -295,15 +299,23 @@ def commitlog_chart(report: dict[str, Any]) -> str:
         ("background:#c8e6c9", "segment with records"),
         ("background:#eeeeee", "zero-filled segment"),
         *([(f"background:{LOST}", "truncated if the broker starts now")] if cut else []),
-        *[(f"background:{COLORS[s]}", f"{s} finding") for s in reversed(SEVERITIES)],
+        *[
+            (f"background:{COLORS[s]}", f"{s} finding")
+            for s in SEVERITIES[::-1]
+            if any(f["severity"] == s for f in marked)
+        ],
     ]
-    return svg + _legend(legend)
+    return "<h2>Where in the commitlog</h2>" + svg + _legend(legend)
+
+
+def _commitlog_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings about a place in the commitlog (queue and index findings name their entries' offsets too)."""
+    return [f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith("commitlog/")]
 
 
 def _commitlog_marks(report: dict[str, Any], x: Any) -> list[str]:
     """A mark per commitlog finding, drawn least severe first so the worst is on top; one label per nearby group."""
-    found = [f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith("commitlog/")]
-    found.sort(key=lambda f: SEVERITIES.index(f["severity"]))
+    found = sorted(_commitlog_findings(report), key=lambda f: SEVERITIES.index(f["severity"]))
     parts, groups = [], {}
     for f in found:
         at = x(f["commitlog_offset"])
@@ -445,7 +457,9 @@ def legend_html(report: dict[str, Any]) -> str:
         for k in used
         if k in KINDS
     ]
-    body = _table(["kind", "severity", "recover fixes", "meaning"], rows) if rows else "<p>No findings.</p>"
+    if not rows:
+        return ""
+    body = _table(["kind", "severity", "recover fixes", "meaning"], rows)
     return f'<section id="legend"><h2>Kinds in this report</h2>{body}</section>'
 
 
@@ -454,7 +468,7 @@ def provenance_html(report: dict[str, Any]) -> str:
     run = report["run"]
     cfg = run.get("broker_config") or {}
     settings = (
-        f"checkCRCOnRecover={cfg['checkCRCOnRecover']}, "
+        f"checkCRCOnRecover={str(cfg['checkCRCOnRecover']).lower()}, "
         f"mappedFileSizeCommitLog={cfg['mappedFileSizeCommitLog']} ({human_bytes(cfg['mappedFileSizeCommitLog'])})"
         if cfg
         else "not recorded"
@@ -487,7 +501,7 @@ def render_html(report: dict[str, Any]) -> str:
 <title>rmqstore audit: {_e(store)}</title><style>{_CSS}</style></head><body>
 {verdict_html(report)}
 {plan_html(report)}
-<h2>Where in the commitlog</h2>{commitlog_chart(report)}
+{commitlog_chart(report)}
 {queue_chart(report)}
 {findings_html(report)}
 {queues_html(report)}

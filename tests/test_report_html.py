@@ -137,7 +137,7 @@ def test_the_page_names_no_deleted_directory_and_folds_the_ok_queues() -> None:
     assert "rebuilt in a temporary work directory" in page
     assert "<summary>23 queues ok</summary>" in page
     assert page.index("Metrics/0") < page.index("<details>")  # the queues with findings come first
-    assert "checkCRCOnRecover=True, mappedFileSizeCommitLog=131072 (128.0 KiB)" in page
+    assert "checkCRCOnRecover=true, mappedFileSizeCommitLog=131072 (128.0 KiB)" in page
     assert '<time datetime="2026-11-22T01:59:20.863000+00:00" title="1795312760863 ms since the epoch">' in page
     assert "1 info;" in console_summary(report, None) and "6 errors" in console_summary(report, None)
 
