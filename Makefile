@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := demo
 BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
 
-.PHONY: setup java run test lint bench clean
+.PHONY: setup java chromium run test lint bench clean
 
-setup: $(STAMP) java
+setup: $(STAMP) java chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,18 @@ java:
 		echo "installing openjdk-17-jre-headless (found java: $${v:-none})"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless; \
+	fi
+
+# The report test renders report.html in headless Chromium (Debian's, no browser download), with fonts that show
+# CJK and emoji message keys. When it cannot be installed the browser tests are skipped, saying why.
+chromium:
+	@if ! command -v chromium >/dev/null || ! fc-list 2>/dev/null | grep -q "Noto Sans CJK" \
+		|| ! fc-list 2>/dev/null | grep -q "Noto Color Emoji"; then \
+		echo "installing chromium, fonts-noto-cjk and fonts-noto-color-emoji"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		{ $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			chromium fonts-noto-cjk fonts-noto-color-emoji; } \
+		|| echo "could not install chromium: the browser tests (tests/test_report_html.py) will be skipped"; \
 	fi
 
 # The main job end to end on the built-in demo store: generate once, rebuild, audit.

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     started, since, result = dt.datetime.now(dt.UTC), None, None
     try:
         since = _last_clean_run(spark, args.history, store_id) if args.since_last else None
-        result = audit(run_, args.store, args.rebuilt, args.report, args.index_sample, since)
+        result = audit(run_, args.store, args.rebuilt, args.report, args.index_sample, since, args.broker_config)
     except (RmqStoreError, ValueError) as exc:
         print(f"rmqstore audit: cannot audit: {exc}", file=sys.stderr)
     except Exception as exc:  # a Spark task failed (e.g. a segment vanished): exit 2 drives the alert, not a trace

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from typing import TYPE_CHECKING
 
@@ -66,8 +67,17 @@ def print_findings(findings: list[Finding]) -> None:
         print(f"  {f.severity.upper():7} {f.kind}: {f.file}: {f.message}", file=sys.stderr)
 
 
+def tool_version() -> str:
+    """This toolkit's version, as installed (pyproject.toml's ``version``)."""
+    try:
+        return importlib.metadata.version("rmq-store-rebuild")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmqstore", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"rmqstore {tool_version()}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb, help_text in VERBS.items():
         module = importlib.import_module(f"jobs.{verb}")

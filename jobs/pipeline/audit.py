@@ -27,9 +27,11 @@ from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import in_use_finding, store_state
+from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
+from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
 from storelib.layout import (
@@ -37,6 +39,7 @@ from storelib.layout import (
 )
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.segments import Segment, damage_findings, judge_ends
+from storelib.verdict import verdict
 from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
 
@@ -67,6 +70,8 @@ class Audit:
     rebuild_report: dict[str, Any]
     started: dt.datetime
     t0: float
+    broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
+    rebuilt_temporary: bool = False  # rebuilt into the work directory, removed when the audit ends
     findings: list[Finding] = dataclasses.field(default_factory=list)
     repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     facts: list[SegmentFacts] = dataclasses.field(default_factory=list)
@@ -88,11 +93,12 @@ def audit(
     report_dir: str | None,
     index_sample: int = DEFAULT_INDEX_SAMPLE,
     since: dict[str, Any] | None = None,
+    broker_config: str | None = None,
 ) -> AuditResult:
     """Audit ``store`` against ``rebuilt`` (rebuilding into the work directory when None); write the report.
 
     ``since``: the summary of the store's last clean run (jobs.history.last_clean_run); only the tail after it
-    is audited (storelib.audit.audit_scope).
+    is audited (storelib.audit.audit_scope). ``broker_config``: the settings' file, named in the report.
     """
     t0 = time.monotonic()
     _, store_path = resolve(store)
@@ -102,6 +108,7 @@ def audit(
     segments, listing = list_segments(store, run)
     scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
     audited = [s for s in segments if s.start >= scope.start]
+    temporary = rebuilt is None
     with run.work_dir(report_dir or store) as work:
         if rebuilt is None:
             rebuilt = f"{work}/rebuilt"
@@ -115,6 +122,7 @@ def audit(
         fs, root = resolve(rebuilt)
         rebuild_report = json.loads(read_file(fs, join(root, REBUILD_REPORT)))
         a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
+        a.broker_config, a.rebuilt_temporary = broker_config, temporary
         return _audit(a, audited, listing, summaries, before)
 
 
@@ -130,8 +138,10 @@ def _audit(
         a.findings.append(stale)
         return _finish(a, {}, [], [], EXIT_CANNOT)
     _audit_commitlog(a, summaries)
-    queue_rows = audit_queues(a)
-    index_rows, keys = audit_index(a)
+    with Progress(a.run, len(a.rebuild_report["consume_queues"]), 0, "queues"):
+        queue_rows = audit_queues(a)
+    with Progress(a.run, len(a.rebuild_report["index_files"]), 0, "index files"):
+        index_rows, keys = audit_index(a)
     in_use = in_use_finding(before, store_state(a.store))
     if in_use:
         a.findings.append(in_use)
@@ -189,6 +199,7 @@ def _finish(
             "seconds": round(time.monotonic() - a.t0, 3),
             "segments": [dataclasses.asdict(s) for s in a.facts],
             "scope": a.scope.to_dict(),
+            **_provenance(a),
         },
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
@@ -196,6 +207,33 @@ def _finish(
         "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
         "repairs": a.repairs,
     }
+    report["verdict"] = verdict(report, _messages_lost(a, findings))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
     return AuditResult(findings, summary, code, report, a.repairs)
+
+
+def _provenance(a: Audit) -> dict[str, Any]:
+    """report.json's ``run`` fields that say how the verdict was reached: the tool, the settings, Spark."""
+    from jobs.cli import tool_version
+
+    return {
+        "tool_version": tool_version(),
+        "spark_master": a.run.spark.sparkContext.master,
+        "rebuilt_temporary": a.rebuilt_temporary,
+        "broker_config": {
+            "path": a.broker_config,
+            "defaults": a.cfg == BrokerConfig(),
+            "checkCRCOnRecover": a.cfg.checkCRCOnRecover,
+            "mappedFileSizeCommitLog": a.cfg.mappedFileSizeCommitLog,
+        },
+    }
+
+
+def _messages_lost(a: Audit, findings: list[Finding]) -> int | None:
+    """Messages at or past the commitlog offset where the broker's recovery would truncate (None: no truncation, or
+    it lies before the audited segments)."""
+    cut = next((f.commitlog_offset for f in findings if f.kind == "recovery-would-truncate"), None)
+    if cut is None or cut < a.scope.start:
+        return None
+    return a.records.where(a.records.commitlog_offset >= cut).count()

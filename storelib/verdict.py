@@ -1,0 +1,309 @@
+"""What an operator needs first: what the broker does with this store if started now, and what to run next.
+
+Pure logic over report.json (its ``run``, ``summary``, ``findings`` and ``repairs``) and the findings registry;
+no Spark. ``verdict(report)`` is report.json's ``verdict``; ``plan_lines`` and ``closing_line`` are recover's
+console output, so the audit's report and recover's dry run name the same steps and what each one fixes.
+"""
+
+from __future__ import annotations
+
+import collections
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from storelib.findings import KINDS
+
+#: findings the checkpoint step answers: the rewritten checkpoint moves crash recovery's start past them
+CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
+#: findings that make the broker's DefaultMessageStore.load() fail: it exits instead of starting
+START_FAILS = {
+    "cq-torn-file": "a ConsumeQueue file has the wrong length",
+    "segment-size": "a commitlog segment has the wrong size",
+}
+#: what to do when recover refuses because of a finding (storelib.findings.Kind.blocks_recover)
+BLOCKED_NEXT = {
+    "rebuilt-stale": "rebuild the index from the store as it is now, then audit again",
+    "store-in-use": "stop the broker, then audit again",
+    "unreadable-file": "make every store file readable, then audit again",
+    "segments-skipped": "damaged segments were left out of the rebuilt index: recover cannot vouch for them",
+    "hostile-topic-name": "a record's topic is not a legal name: its queue cannot be written back",
+}
+#: one line per area of the store, in this order
+AREAS = ("commitlog", "ConsumeQueue", "IndexFile", "checkpoint and abort", "this audit")
+_AREA_OF = {"cq-": "ConsumeQueue", "index-": "IndexFile", "checkpoint-": "checkpoint and abort"}
+_RUN_KINDS = ("store-in-use", "rebuilt-stale", "unreadable-file", "hostile-name", "stray-file", "segments-skipped")
+BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
+
+
+# --- words and numbers ----------------------------------------------------------------------------
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 entry``, ``2 entries``, ``1,234 messages``: the count with the right form of the noun."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def human_bytes(n: int) -> str:
+    """Sizes in binary units: ``53 bytes``, ``128.0 KiB``, ``1.4 MiB``."""
+    if n < 1024:
+        return plural(n, "byte")
+    value, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value, units = value / 1024, units[1:]
+    return f"{value:,.1f} {units[0]}"
+
+
+def queue_name(f: Mapping[str, Any]) -> str:
+    return f"{f['topic']}/{f['queue_id']}"
+
+
+def where(f: Mapping[str, Any]) -> str:
+    """Where a finding is, in the broker's words: queue and queue offset, else commitlog offset, else its file."""
+    if f.get("topic") is not None and f.get("queue_offset") is not None:
+        return f"{queue_name(f)} at queue offset {f['queue_offset']:,}"
+    if f.get("topic") is not None:
+        return queue_name(f)
+    if f.get("commitlog_offset") is not None and f["file"].startswith("commitlog/"):
+        return f"commitlog offset {f['commitlog_offset']:,}"
+    return {"": "the store", "index": "the IndexFiles"}.get(f["file"], f["file"])
+
+
+def area(kind: str) -> str:
+    """The part of the store a finding kind is about (one line of the verdict per area)."""
+    if kind in _RUN_KINDS or kind.startswith("hostile-"):
+        return "this audit"
+    if kind == "abort-marker":
+        return "checkpoint and abort"
+    return next((a for prefix, a in _AREA_OF.items() if kind.startswith(prefix)), "commitlog")
+
+
+# --- what the broker does -------------------------------------------------------------------------
+
+
+def divergences(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["severity"] != "info"]
+
+
+def repairable(f: Mapping[str, Any]) -> bool:
+    return f["severity"] != "info" and KINDS[f["kind"]].repairable
+
+
+def truncation(report: Mapping[str, Any], messages_lost: int | None) -> dict[str, Any] | None:
+    """Where the broker's recovery would cut the log, and what it loses (None when it would not)."""
+    cut = next((f for f in report["findings"] if f["kind"] == "recovery-would-truncate"), None)
+    if cut is None:
+        return None
+    log = report["summary"].get("commitlog", {})
+    total = max(1, log.get("max_offset", 0) - log.get("min_offset", 0))
+    return {
+        "commitlog_offset": cut["commitlog_offset"],
+        "file": cut["file"],
+        "bytes": cut["count"],
+        "share": round(cut["count"] / total, 4),
+        "messages": messages_lost,
+    }
+
+
+def broker_outcome(report: Mapping[str, Any], cut: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(``start``/``refuse``/``truncate``/``unknown``, one sentence): the broker started on this store now."""
+    kinds = {f["kind"] for f in report["findings"]}
+    if report["summary"]["exit_code"] == 2 or "rebuilt-stale" in kinds:
+        return "unknown", "Could not audit this store, so what the broker would do with it is not known."
+    fails = [why for kind, why in START_FAILS.items() if kind in kinds]
+    if fails:
+        return "refuse", f"The broker refuses to start on this store: {'; '.join(fails)}, so load() fails."
+    crash = "abort-marker" in kinds
+    if cut is not None:
+        lost = f"{human_bytes(cut['bytes'])} ({cut['share']:.0%} of the log)"
+        if cut["messages"] is not None:
+            lost += f" and {plural(cut['messages'], 'message')}"
+        return "truncate", (
+            f"Starting the broker now truncates the commitlog at offset {cut['commitlog_offset']:,}: "
+            f"{lost} after it are lost to consumers."
+        )
+    how = "after crash recovery (abort exists); no sound record is lost" if crash else "normally"
+    return "start", f"The broker would start {how}" + (", with the damage below." if divergences(report) else ".")
+
+
+def problem_lines(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One line per area with divergences: how many of each kind, where the first one is, whether recover fixes it."""
+    by_area: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for f in divergences(report):
+        by_area[area(f["kind"])].append(f)
+    out = []
+    for name in AREAS:
+        found = by_area.get(name)
+        if not found:
+            continue
+        by_kind: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        for f in found:
+            by_kind[f["kind"]].append(f)
+        parts = [_kind_phrase(kind, fs) for kind, fs in by_kind.items()]
+        fixed = sum(1 for f in found if repairable(f))
+        tail = "recover fixes it" if fixed == len(found) == 1 else "recover fixes them" if fixed == len(found) else ""
+        if 0 < fixed < len(found):
+            tail = f"recover fixes {fixed} of {len(found)}"
+        elif not fixed:
+            tail = "recover leaves " + ("it" if len(found) == 1 else "them") + " as is"
+        worst = "error" if any(f["severity"] == "error" for f in found) else "warning"
+        out.append({"area": name, "severity": worst, "kinds": list(by_kind), "text": f"{'; '.join(parts)} ({tail})"})
+    return out
+
+
+def _kind_phrase(kind: str, found: list[dict[str, Any]]) -> str:
+    first = found[0]
+    entries = (
+        f", {plural(first['count'], 'entry', 'entries')}"
+        if kind.startswith("cq-") and first.get("count") and len(found) == 1
+        else ""
+    )
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return f"{kind}{' ×' + str(len(found)) if len(found) > 1 else ''}: {where(first)}{entries}{more}"
+
+
+# --- what recover does ----------------------------------------------------------------------------
+
+
+def _scope(f: Mapping[str, Any]) -> str:
+    """The store-relative path a finding covers: its queue's directory for ConsumeQueue findings, else its file."""
+    parts = f["file"].split("/")
+    return "/".join(parts[:3]) if parts[0] == "consumequeue" and len(parts) >= 3 else f["file"]
+
+
+def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The repairable findings a step of recover's plan fixes: the checkpoint step those of CHECKPOINT_KINDS, a file
+    step those in its file, its queue's directory, or a directory holding it (``index`` for store-wide lookups)."""
+    out = []
+    for f in findings:
+        if not repairable(f):
+            continue
+        if f["kind"] in CHECKPOINT_KINDS:
+            hit = step["file"] == "checkpoint"
+        else:
+            scope = _scope(f)
+            hit = step["file"] == scope or step["file"].startswith(scope + "/")
+        if hit:
+            out.append({"kind": f["kind"], "where": where(f)})
+    return out
+
+
+def recover_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """recover's plan as the audit sees it: the report's ``repairs``, then the checkpoint (rewritten whenever another
+    file changes or a CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
+    steps = [{k: r[k] for k in ("action", "file", "reason")} for r in report["repairs"]]
+    if steps or any(f["kind"] in CHECKPOINT_KINDS for f in report["findings"]):
+        steps.append({"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"})
+    return [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
+
+
+def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Divergences no step fixes, grouped by kind, with why they stay (the registry's meaning)."""
+    fixed = {(r["kind"], r["where"]) for s in steps for r in s.get("resolves") or resolves(s, report["findings"])}
+    left: dict[str, list[str]] = collections.defaultdict(list)
+    for f in divergences(report):
+        if (f["kind"], where(f)) not in fixed:
+            left[f["kind"]].append(where(f))
+    return [{"kind": k, "count": len(w), "where": w, "why": KINDS[k].meaning} for k, w in left.items()]
+
+
+def recover_commands(report: Mapping[str, Any]) -> list[str]:
+    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config
+    (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
+    run = report["run"]
+    argv = ["rmqstore", "recover", "--store", run["store"]]
+    if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
+        argv += ["--rebuilt", run["rebuilt"]]
+    config = run.get("broker_config") or {}
+    if config.get("path"):
+        argv += ["--broker-config", config["path"]]
+    elif config and not config.get("defaults", True):
+        argv += ["--broker-config", "BROKER_CONF"]
+    dry = " ".join(shlex.quote(a) for a in argv)
+    return [dry, dry + " --apply"]
+
+
+def recover_advice(report: Mapping[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether recover can run, why not, or the commands, the plan, where the backup goes and what stays."""
+    store = report["run"]["store"]
+    blocking = [f["kind"] for f in report["findings"] if KINDS[f["kind"]].blocks_recover]
+    why_not = None
+    if blocking:
+        why_not = "; ".join(dict.fromkeys(BLOCKED_NEXT[k] for k in blocking))
+    elif "://" in store and not store.startswith("file://"):
+        why_not = "recover changes local stores only: run it on the broker's host, on the store's own disk"
+    elif not any(s["resolves"] for s in steps):
+        why_not = "nothing for recover to change"
+    return {
+        "possible": why_not is None,
+        "why_not": why_not,
+        "stop_broker_first": True,
+        "commands": recover_commands(report) if why_not is None else [],
+        "backup": BACKUP_DEFAULT.format(store=store.rstrip("/")),
+        "steps": steps if why_not is None else [],
+        "remains": remains(report, steps if why_not is None else []),
+    }
+
+
+def verdict(report: Mapping[str, Any], messages_lost: int | None = None) -> dict[str, Any]:
+    """report.json's ``verdict``: the broker's outcome, one line per damaged area, and recover's next step.
+
+    ``messages_lost``: messages at or past the truncation point (the audit counts them; None when unknown).
+    """
+    cut = truncation(report, messages_lost)
+    broker, headline = broker_outcome(report, cut)
+    return {
+        "broker": broker,
+        "headline": headline,
+        "truncate": cut,
+        "problems": problem_lines(report),
+        "recover": recover_advice(report, recover_steps(report)),
+    }
+
+
+def report_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's own verdict, or one computed now for a report written before verdicts existed."""
+    return report.get("verdict") or verdict(report)
+
+
+# --- recover's console ----------------------------------------------------------------------------
+
+
+def step_line(i: int, step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> str:
+    """``  2. replace consumequeue/Metrics/0/…  fixes cq-zeroed-entries (Metrics/0 at queue offset 1,000)``."""
+    fixed = step.get("resolves") or resolves(step, findings)
+    what = ", ".join(f"{r['kind']} ({r['where']})" for r in fixed) or step["reason"]
+    if step["action"] == "truncate":
+        return f"  {i}. zero {step['file']} from file offset {step['offset']:,} to the end: fixes {what}"
+    return f"  {i}. {step['action']} {step['file']}: fixes {what}"
+
+
+def plan_lines(
+    report: Mapping[str, Any], steps: list[Mapping[str, Any]] | None = None, backup: str | None = None
+) -> list[str]:
+    """recover's plan for a person: each step and what it fixes, where the backup goes, what stays as it is.
+
+    ``steps``: recover's own steps (``action``, ``file``, ``reason``, optional ``offset``); default the report's.
+    """
+    steps = (
+        recover_steps(report) if steps is None else [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
+    )
+    store = report["run"]["store"].rstrip("/")
+    lines = [f"recover plan ({plural(len(steps), 'step')}; the broker must be stopped):"]
+    lines += [step_line(i, s, report["findings"]) for i, s in enumerate(steps, 1)]
+    lines.append(f"  backup: every file above is copied first to {backup or BACKUP_DEFAULT.format(store=store)}")
+    for r in remains(report, steps):
+        lines.append(f"  stays: {r['kind']}{' ×' + str(r['count']) if r['count'] > 1 else ''} — {r['why']}")
+    return lines
+
+
+def closing_line(after: Mapping[str, Any]) -> tuple[str, int]:
+    """recover's last line and exit code, from the re-audit's report: 0 exactly when no repairable finding is left."""
+    left = [f for f in after["findings"] if repairable(f)]
+    stays = collections.Counter(f["kind"] for f in divergences(after) if not repairable(f))
+    code = 1 if left else 0
+    kept = ", ".join(f"{k}{' ×' + str(n) if n > 1 else ''}" for k, n in stays.items())
+    line = f"recover: re-audit: {plural(len(left), 'repairable finding')} left"
+    if kept:
+        line += f"; left as is (recover does not change them): {kept}"
+    return f"{line}; exit code {code}", code

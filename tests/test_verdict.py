@@ -1,0 +1,192 @@
+"""storelib.verdict: the broker's outcome, one line per area, recover's command and plan — without Spark.
+
+The crashed/ report (tests/data/crashed-4.9.8-report.json) is a real audit of a copy of the 4.9.8 sample's crashed/
+store; the expected figures come from that fixture's DAMAGE.md (what the real broker did), not from the code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storelib.findings import finding
+from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
+
+DATA = Path(__file__).parent / "data"
+CRASHED_STORE = "/tmp/report-crashed"
+BROKER_CONF = "/work/shared/fixtures/rocketmq-4.9.8-sample/broker.conf"
+# DAMAGE.md: recovery stops at the first CRC failure, physical offset 1,965,519, keeping 6,836 of 11,967 messages
+TRUNCATED_AT, MESSAGES_KEPT, MESSAGES = 1_965_519, 6_836, 11_967
+
+
+def crashed() -> dict[str, Any]:
+    """The saved crashed/ report without the verdict the audit computed (the tests compute it)."""
+    report = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
+    report.pop("verdict")
+    return report
+
+
+def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exit_code: int = 1) -> dict[str, Any]:
+    """A minimal report.json around ``findings`` (dicts of storelib.findings.finding)."""
+    return {
+        "run": {"store": "/data/store a", "rebuilt": "/tmp/w/rebuilt", "rebuilt_temporary": True, "broker_config": {}},
+        "summary": {"exit_code": exit_code, "commitlog": {"min_offset": 0, "max_offset": 1000}},
+        "findings": list(findings),
+        "repairs": list(repairs),
+    }
+
+
+def test_the_crashed_store_is_truncated_where_the_real_broker_truncated_it() -> None:
+    v = verdict(crashed(), MESSAGES - MESSAGES_KEPT)
+    assert v["broker"] == "truncate"
+    assert v["truncate"]["commitlog_offset"] == TRUNCATED_AT
+    assert v["truncate"]["share"] == pytest.approx(0.43, abs=0.005)
+    assert v["headline"] == (
+        "Starting the broker now truncates the commitlog at offset 1,965,519: 1.4 MiB (43% of the log) "
+        "and 5,131 messages after it are lost to consumers."
+    )
+
+
+def test_the_audit_counted_the_messages_the_truncation_loses() -> None:
+    saved = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
+    assert saved["verdict"]["truncate"]["messages"] == MESSAGES - MESSAGES_KEPT
+    assert saved["summary"]["commitlog"]["messages"] == MESSAGES
+
+
+def test_one_line_per_damaged_area() -> None:
+    lines = {p["area"]: p["text"] for p in verdict(crashed())["problems"]}
+    assert list(lines) == ["commitlog", "ConsumeQueue", "IndexFile", "checkpoint and abort"]
+    assert lines["ConsumeQueue"] == (
+        "cq-wrong-entries: Audit-Log/0 at queue offset 517, 1 entry; "
+        "cq-zeroed-entries: Metrics/0 at queue offset 1,000, 200 entries (recover fixes them)"
+    )
+    assert lines["commitlog"].startswith("recovery-would-truncate: commitlog offset 1,965,519; crc-mismatch ×2")
+    assert lines["commitlog"].endswith("(recover fixes 1 of 3)")
+
+
+def test_the_next_command_names_the_store_and_the_broker_config() -> None:
+    advice = verdict(crashed())["recover"]
+    assert advice["possible"] and advice["stop_broker_first"]
+    assert advice["commands"] == [
+        f"rmqstore recover --store {CRASHED_STORE} --broker-config {BROKER_CONF}",
+        f"rmqstore recover --store {CRASHED_STORE} --broker-config {BROKER_CONF} --apply",
+    ]
+    assert advice["backup"] == f"{CRASHED_STORE}-rmqstore-backup-<UTC time>"
+
+
+def test_each_step_names_what_it_fixes_and_the_checkpoint_averts_the_truncation() -> None:
+    steps = {s["file"]: {r["kind"] for r in s["resolves"]} for s in verdict(crashed())["recover"]["steps"]}
+    assert steps == {
+        "consumequeue/Audit-Log/0/00000000000000008000": {"cq-wrong-entries"},
+        "consumequeue/Metrics/0/00000000000000016000": {"cq-zeroed-entries"},
+        "index/20261122015838886": {"index-file-differs", "index-header-inconsistent", "index-keys-not-found"},
+        "checkpoint": {"recovery-would-truncate", "index-deleted-on-recovery"},
+    }
+    remains = {r["kind"]: r["count"] for r in verdict(crashed())["recover"]["remains"]}
+    assert remains == {"abort-marker": 1, "crc-mismatch": 2}
+
+
+def test_a_clean_store_starts_normally_and_needs_no_recover() -> None:
+    v = verdict(report_of(exit_code=0))
+    assert (v["broker"], v["headline"], v["problems"]) == ("start", "The broker would start normally.", [])
+    assert v["recover"]["possible"] is False
+    assert v["recover"]["why_not"] == "nothing for recover to change"
+
+
+def test_a_torn_consume_queue_file_stops_the_broker_from_starting() -> None:
+    torn = finding("cq-torn-file", "consumequeue/t/0/00000000000000000000", "7990 bytes", topic="t", queue_id=0)
+    fix = {"action": "replace", "file": torn.file, "source": torn.file, "reason": "cq-torn-file"}
+    v = verdict(report_of(torn.to_dict(), repairs=[fix]))
+    assert v["broker"] == "refuse"
+    assert "refuses to start" in v["headline"]
+    assert [s["file"] for s in v["recover"]["steps"]] == [torn.file, "checkpoint"]
+    assert v["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
+
+
+def test_recover_is_not_offered_when_the_rebuilt_index_cannot_vouch_for_the_store() -> None:
+    stale = finding("rebuilt-stale", "commitlog/00000000000000000000", "other records")
+    v = verdict(report_of(stale.to_dict(), exit_code=2))
+    assert v["broker"] == "unknown"
+    assert v["recover"]["possible"] is False
+    assert v["recover"]["why_not"].startswith("rebuild the index")
+
+
+def test_a_remote_store_is_recovered_on_the_broker_host() -> None:
+    report = report_of(finding("checkpoint-unreadable", "checkpoint", "missing").to_dict())
+    report["run"]["store"] = "hdfs://nn/backups/broker-a"
+    assert "local stores only" in verdict(report)["recover"]["why_not"]
+
+
+def test_words_and_sizes() -> None:
+    assert [plural(1, "entry", "entries"), plural(2, "entry", "entries"), plural(1234, "message")] == [
+        "1 entry",
+        "2 entries",
+        "1,234 messages",
+    ]
+    assert [human_bytes(53), human_bytes(1), human_bytes(131072), human_bytes(1_479_476), human_bytes(3 << 40)] == [
+        "53 bytes",
+        "1 byte",
+        "128.0 KiB",
+        "1.4 MiB",
+        "3.0 TiB",
+    ]
+
+
+def test_recover_plan_lines_with_recovers_own_steps() -> None:
+    report = crashed()
+    steps = [
+        {"action": "replace", "file": "consumequeue/Metrics/0/00000000000000016000", "reason": "cq-zeroed-entries"},
+        {"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"},
+        {
+            "action": "truncate",
+            "file": "commitlog/00000000000003407872",
+            "reason": "commitlog-torn-tail",
+            "offset": 37123,
+        },
+    ]
+    lines = plan_lines(report, steps, backup="/backups/b1")
+    assert lines[0] == "recover plan (3 steps; the broker must be stopped):"
+    assert lines[1] == (
+        "  1. replace consumequeue/Metrics/0/00000000000000016000: "
+        "fixes cq-zeroed-entries (Metrics/0 at queue offset 1,000)"
+    )
+    assert lines[2].startswith("  2. replace checkpoint: fixes recovery-would-truncate (commitlog offset 1,965,519)")
+    assert lines[3] == (
+        "  3. zero commitlog/00000000000003407872 from file offset 37,123 to the end: fixes commitlog-torn-tail"
+    )
+    assert lines[4] == "  backup: every file above is copied first to /backups/b1"
+    stays = [line.split(" — ")[0] for line in lines[5:]]
+    assert "  stays: cq-wrong-entries" in stays and "  stays: crc-mismatch ×2" in stays
+
+
+def test_closing_line_and_exit_code_agree() -> None:
+    after = copy.deepcopy(crashed())
+    after["findings"] = [f for f in after["findings"] if f["kind"] in ("abort-marker", "crc-mismatch")]
+    line, code = closing_line(after)
+    assert (line, code) == (
+        "recover: re-audit: 0 repairable findings left; left as is (recover does not change them): "
+        "abort-marker, crc-mismatch ×2; exit code 0",
+        0,
+    )
+    after["findings"].append(finding("cq-missing-tail", "consumequeue/t/0/0", "x", topic="t", queue_id=0).to_dict())
+    assert closing_line(after) == (
+        "recover: re-audit: 1 repairable finding left; left as is (recover does not change them): "
+        "abort-marker, crc-mismatch ×2; exit code 1",
+        1,
+    )
+
+
+def test_settings_from_an_unnamed_file_leave_a_placeholder_not_the_defaults() -> None:
+    report = report_of(finding("checkpoint-unreadable", "checkpoint", "missing").to_dict())
+    report["run"]["broker_config"] = {"path": None, "defaults": False, "checkCRCOnRecover": True}
+    assert (
+        verdict(report)["recover"]["commands"][0]
+        == "rmqstore recover --store '/data/store a' --broker-config BROKER_CONF"
+    )
+    report["run"]["broker_config"]["defaults"] = True
+    assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
+    assert [s["file"] for s in verdict(report)["recover"]["steps"]] == ["checkpoint"]
