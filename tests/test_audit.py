@@ -346,7 +346,7 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
         # 3. indexCount lowered by 100: the header, the file, and the keys the lookup loses
         ("index-header-inconsistent", idx, None, None, 3),
         ("index-file-differs", idx, None, None, 1),
-        ("index-keys-not-found", "index", None, 1_666_043, 618),
+        ("index-keys-not-found", "index", None, 1_666_043, 623),  # distinct (keyHash, commitlog offset) pairs
         # 4. two CRC failures, and crash recovery from the lagging checkpoint truncating at the first
         ("crc-mismatch", cl, None, 1_965_519, None),
         ("crc-mismatch", cl, None, 1_965_763, None),
