@@ -84,6 +84,15 @@ def processes_in_namespace(ns: str) -> list[tuple[int, str]]:
     return found
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (None when it is gone): /proc/PID/stat's 4th field, after the ``(comm)``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def zip_project(dest: Path) -> Path:
     """jobs/, storelib/ and udfs/ (*.py) in one zip for --py-files, as conf/nightly-audit.sh builds it."""
     with zipfile.ZipFile(dest, "w") as z:
@@ -144,6 +153,11 @@ class Cluster:
         """Pids of the worker side's processes whose command line contains ``marker``."""
         return [pid for pid, cmdline in processes_in_namespace(self.worker_ns) if marker in cmdline]
 
+    def python_workers(self) -> list[int]:
+        """Python workers running tasks: the processes an executor's ``pyspark.daemon`` forked."""
+        daemons = set(self.worker_processes("pyspark.daemon"))
+        return [pid for pid in daemons if parent_pid(pid) in daemons]
+
 
 def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
@@ -183,6 +197,17 @@ def _stop(master: subprocess.Popen | None, worker: subprocess.Popen | None, work
             proc.wait(timeout=30)
 
 
+def _start_daemon(
+    role: str, args: list[str], env: dict[str, str], log: Path, ready: str, prefix: list[str] = ()
+) -> subprocess.Popen:
+    """Start ``spark-class org.apache.spark.deploy.<role>``; wait until its log says ``ready``."""
+    cmd = [*prefix, str(spark_home() / "bin" / "spark-class"), f"org.apache.spark.deploy.{role}", *args]
+    proc = _start(cmd, env, log)
+    wait_for(lambda: _log_says(log, ready) or proc.poll() is not None, START_TIMEOUT, f"the Spark {role}")
+    assert proc.poll() is None, f"the Spark {role} exited: {log.read_text()[-3000:]}"
+    return proc
+
+
 @contextlib.contextmanager
 def standalone_cluster() -> Iterator[Cluster]:
     """Start a master and a worker (2 cores, 2 GiB, private /tmp) on loopback; kill both and their children at exit."""
@@ -191,28 +216,27 @@ def standalone_cluster() -> Iterator[Cluster]:
         pytest.skip(f"no standalone cluster with a private /tmp: {problem}")
     shared = Path(tempfile.mkdtemp(prefix="rmqstore-cluster-", dir=SHARED_PARENT))
     env = _cluster_env(shared)
-    spark_class = str(spark_home() / "bin" / "spark-class")
-    port, master_ui, worker_ui = free_port(), free_port(), free_port()
-    master_url = f"spark://127.0.0.1:{port}"
+    master_url = f"spark://127.0.0.1:{free_port()}"
+    loopback = ["--host", "127.0.0.1", "--port"]
     master = worker = worker_ns = None
     try:
-        master_log = shared / "master.log"
-        master = _start(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
-            + ["--webui-port", str(master_ui)],
-            env,
-            master_log,
-        )
-        wait_for(lambda: _log_says(master_log, "I have been elected leader"), START_TIMEOUT, "the Spark master")
-        work_dir = shared / "worker"
-        worker_cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1"]
-        worker_cmd += ["--port", str(free_port()), "--webui-port", str(worker_ui)]
-        worker_cmd += ["--cores", "2", "--memory", "2g", "--work-dir", str(work_dir)]
-        script = f'{PRIVATE_TMP} && exec "$@"'
-        worker_log = shared / "worker.log"
-        worker = _start(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *worker_cmd], env, worker_log)
-        wait_for(lambda: _log_says(worker_log, "Successfully registered with master"), START_TIMEOUT, "the Spark worker")
-        worker_ns = os.readlink(f"/proc/{worker.pid}/ns/mnt")
+        master_args = [*loopback, master_url.rsplit(":", 1)[1], "--webui-port", str(free_port())]
+        master = _start_daemon("master.Master", master_args, env, shared / "master.log", "I have been elected leader")
+        worker_args = [master_url, *loopback, str(free_port()), "--webui-port", str(free_port())]
+        worker_args += ["--cores", "2", "--memory", "2g", "--work-dir", str(shared / "worker")]
+        private_tmp = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'{PRIVATE_TMP} && exec "$@"',
+            "sh",
+        ]
+        registered = "Successfully registered with master"
+        worker = _start_daemon("worker.Worker", worker_args, env, shared / "worker.log", registered, private_tmp)
+        worker_ns = os.readlink(f"/proc/{worker.pid}/ns/mnt")  # unshare, sh and spark-class exec: pid is the JVM
         assert worker_ns != os.readlink("/proc/self/ns/mnt"), "the worker shares the driver's mount namespace"
         yield Cluster(master_url, shared, env, zip_project(shared / "rmqstore.zip"), worker_ns)
     finally:
