@@ -270,3 +270,28 @@ def test_console_is_quiet_and_verbose_brings_spark_back(tmp_path):
     assert verbose.returncode == 0, failed(verbose)
     for text in ("WARNING: Using incubator modules", "WARN NativeCodeLoader", "Using Spark's default log4j profile"):
         assert text in verbose.stderr
+
+
+def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
+    from jobs.session import DEFAULTS, layered_settings, parse_overrides, read_properties, submitted_settings
+
+    (tmp_path / "spark-defaults.conf").write_text("# site\nspark.sql.shuffle.partitions 6\nspark.executor.cores=3\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    submitted = submitted_settings()  # not under spark-submit: SPARK_CONF_DIR's spark-defaults.conf
+    assert submitted == {"spark.sql.shuffle.partitions": "6", "spark.executor.cores": "3"}
+    ours = parse_overrides(["spark.executor.cores=1", "spark.app.name=a=b"])
+    got = layered_settings("local", submitted, ours)
+    local = read_properties(ROOT / "conf" / "local.conf")
+    assert got["spark.sql.shuffle.partitions"] == "6" != local["spark.sql.shuffle.partitions"]
+    assert got["spark.executor.cores"] == "1" and got["spark.app.name"] == "a=b"
+    assert got["spark.default.parallelism"] == local["spark.default.parallelism"]
+    assert got["spark.master"] == DEFAULTS["spark.master"]
+
+
+def test_a_conf_without_equals_is_a_settings_error():
+    from jobs.session import parse_overrides
+    from storelib.constants import ConfigError
+
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["spark.sql.shuffle.partitions"])
