@@ -106,11 +106,10 @@ def quiet_console(settings: dict[str, str]) -> dict[str, str]:
 
 
 def _forward_stderr(stream: Any) -> None:
-    """Copy the JVM's stderr to ours, leaving out the JVM's own start-up notices."""
+    """Copy the JVM's stderr to file descriptor 2 (where it would have gone), leaving out the JVM's own notices."""
     for line in iter(stream.readline, b""):
         if not line.startswith(JVM_NOISE):
-            sys.stderr.buffer.write(line)
-            sys.stderr.buffer.flush()
+            os.write(2, line)
 
 
 def _launch_quiet_gateway(settings: dict[str, str]) -> None:
@@ -137,7 +136,9 @@ def _quiet_running_driver() -> None:
         context.setConfigLocation(jvm.java.net.URI(LOG4J_CONFIG.as_uri()))
 
 
-def spark_session(app: str, master: str | None = None, profile: str = "local", overrides: list[str] | None = None):
+def spark_session(
+    app: str, master: str | None = None, profile: str = "local", overrides: list[str] | None = None
+) -> tuple[Any, float]:
     """Start (or reuse) a SparkSession with the layered settings; returns (session, start-up seconds)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
