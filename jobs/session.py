@@ -107,9 +107,11 @@ def quiet_console(settings: dict[str, str]) -> dict[str, str]:
 
 def _forward_stderr(stream: Any) -> None:
     """Copy the JVM's stderr to file descriptor 2 (where it would have gone), leaving out the JVM's own notices."""
-    for line in iter(stream.readline, b""):
-        if not line.startswith(JVM_NOISE):
-            os.write(2, line)
+    with os.fdopen(os.dup(2), "wb") as out:
+        for line in iter(stream.readline, b""):
+            if not line.startswith(JVM_NOISE):
+                out.write(line)
+                out.flush()
 
 
 def _launch_quiet_gateway(settings: dict[str, str]) -> None:
