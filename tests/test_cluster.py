@@ -38,6 +38,13 @@ def failed(done: subprocess.CompletedProcess) -> str:
     return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}"
 
 
+def assert_published(out: Path) -> None:
+    """OUT holds exactly a rebuild's files, no hidden or temporary one, and nothing else was left beside it."""
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "consumequeue", "index", "rebuild.json"]
+    assert [p for p in out.rglob(".*")] == []
+    assert sorted(os.listdir(out.parent)) == ["out"]  # the staging directory was renamed, none is left
+
+
 def delta_rows(table: Path) -> list[dict]:
     """The table's rows as delta-rs reads it (no Spark, no project code)."""
     from deltalake import DeltaTable
@@ -58,7 +65,7 @@ def test_rebuild_on_the_cluster_matches_the_broker(rebuilt_expired):
     assert done.returncode == 0, failed(done)
     assert EXPIRED_SUMMARY in done.stdout
     assert_same_index(EXPIRED, out)
-    assert sorted(os.listdir(out.parent)) == ["out"]  # the staging directory was published, none is left
+    assert_published(out)
 
 
 def test_audit_with_rebuilt_on_the_cluster(cluster: Cluster, rebuilt_expired):
@@ -172,7 +179,7 @@ def test_a_process_killed_mid_rebuild_costs_a_retry_not_the_result(cluster: Clus
     assert job.returncode == 0, text[-6000:]
     assert "Lost task" in text  # the killed process's tasks ran again
     assert_same_index(big_store / "store", out)
-    assert sorted(os.listdir(out.parent)) == ["out"]
+    assert_published(out)
 
 
 # --- the nightly script as cron runs it ----------------------------------------------------------------------
