@@ -41,7 +41,20 @@ def add_broker_config(p: argparse.ArgumentParser) -> None:
 def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit sets)")
     p.add_argument("--profile", default="local", help="settings from conf/<profile>.conf (local, cluster)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark setting; wins over spark-submit's settings and the profile",
+    )
+    p.add_argument(
+        "--verbose",
+        dest="conf",
+        action="append_const",
+        const="spark.rmqstore.verbose=true",
+        help="Spark's own logging on the console (default: our progress and summary, Spark's errors only)",
+    )
     p.add_argument(
         "--work-dir",
         metavar="URI",

@@ -1,29 +1,148 @@
-"""The Spark session every job uses: master and settings from conf/<profile>.conf plus --conf overrides."""
+"""The Spark session every job uses: its settings in layers, and a quiet console.
+
+Settings, each layer winning over the ones before it: built-in ``DEFAULTS`` < ``conf/<profile>.conf`` <
+what the driver was given before our code ran (spark-submit's ``--conf``, ``--properties-file``,
+spark-defaults.conf) < our own command line (``--master``, ``--conf``). A profile only fills keys nobody set.
+
+Console: unless ``spark.rmqstore.verbose`` is true (``--verbose``) or the user has a log4j configuration of
+their own, driver and executors log with ``conf/log4j2.properties`` (errors, lost tasks) and the JVM's
+incubator-module notice is dropped, so a run prints our progress and summary, not Spark's start-up warnings.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from storelib.constants import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+LOG4J_CONFIG = CONF_DIR / "log4j2.properties"
+VERBOSE = "spark.rmqstore.verbose"
+DEFAULTS: dict[str, str] = {"spark.master": "local[*]"}  # the layer under every profile
+JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+SPARK_DEFAULT_LOG4J = "org/apache/spark/log4j2-defaults.properties"
+JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself, before log4j exists
+_PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
 
 
-def read_profile(profile: str) -> dict[str, str]:
-    """A spark-defaults style file: ``key value`` per line, ``#`` comments."""
-    path = CONF_DIR / f"{profile}.conf"
+def read_properties(path: Path) -> dict[str, str]:
+    """A spark-defaults style file: ``key value`` (or ``key=value``) per line, ``#`` comments."""
     out: dict[str, str] = {}
     for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition(" ")
-            out[key] = value.strip()
+        m = _PROPERTY.fullmatch(line.strip())
+        if m and not line.lstrip().startswith("#"):
+            out[m.group(1)] = m.group(2).strip()
     return out
 
 
-def spark_session(app: str, master: str | None = None, profile: str = "local", overrides: list[str] | None = None):
-    """Start (or reuse) a SparkSession; returns (session, start-up seconds)."""
+def read_profile(profile: str) -> dict[str, str]:
+    """``conf/<profile>.conf``."""
+    return read_properties(CONF_DIR / f"{profile}.conf")
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` items as a dict; a missing ``=`` is a settings error (exit code 2)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--conf {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def under_spark_submit() -> bool:
+    """spark-submit started this Python driver from its own JVM (it hands over the gateway's port)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_conf_dir() -> Path:
+    """Where spark-submit looks for spark-defaults.conf and log4j2.properties."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return Path(os.environ["SPARK_CONF_DIR"])
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"]) / "conf"
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "conf"
+
+
+def submitted_settings() -> dict[str, str]:
+    """What the driver got before our code: the spark-submit JVM's settings, else SPARK_CONF_DIR's defaults."""
+    if under_spark_submit():
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM, which holds the settings
+        return dict(SparkConf(loadDefaults=True).getAll())
+    path = spark_conf_dir() / "spark-defaults.conf"
+    return read_properties(path) if path.is_file() else {}
+
+
+def layered_settings(profile: str, submitted: dict[str, str], command_line: dict[str, str]) -> dict[str, str]:
+    """DEFAULTS < conf/<profile>.conf < submitted < command line."""
+    return {**DEFAULTS, **read_profile(profile), **submitted, **command_line}
+
+
+def has_own_log4j(settings: dict[str, str]) -> bool:
+    """The user chose a log4j configuration (JVM option, environment, or log4j2 file in SPARK_CONF_DIR)."""
+    if any("log4j" in settings.get(key, "") for key in JAVA_OPTIONS):
+        return True
+    if os.environ.get("LOG4J_CONFIGURATION_FILE") or "log4j" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        return True
+    return any((spark_conf_dir() / name).is_file() for name in ("log4j2.properties", "log4j2.xml"))
+
+
+def quiet_console(settings: dict[str, str]) -> dict[str, str]:
+    """The JVM options that make driver and executors log with conf/log4j2.properties."""
+    option = f"-Dlog4j.configurationFile={LOG4J_CONFIG.as_uri()}"
+    return {key: f"{settings.get(key, '')} {option}".strip() for key in JAVA_OPTIONS}
+
+
+def _forward_stderr(stream: Any) -> None:
+    """Copy the JVM's stderr to file descriptor 2 (where it would have gone), leaving out the JVM's own notices."""
+    with os.fdopen(os.dup(2), "wb") as out:
+        for line in iter(stream.readline, b""):
+            if not line.startswith(JVM_NOISE):
+                out.write(line)
+                out.flush()
+
+
+def _launch_quiet_gateway(settings: dict[str, str]) -> None:
+    """Start the driver JVM (as pyspark would, with ``settings``) with its stderr filtered by a thread."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(settings.items()), {"stderr": subprocess.PIPE})
+    threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _quiet_running_driver() -> None:
+    """Under spark-submit the driver JVM already runs: switch it to our log4j file if it uses Spark's defaults."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    location = context.getConfiguration().getConfigurationSource().getLocation()
+    if location is None or location.endswith(SPARK_DEFAULT_LOG4J):
+        # Spark remembers that it loaded its defaults and would load them again when the SparkContext starts
+        spark_logging = getattr(jvm.org.apache.spark.internal, "Logging$").__getattr__("MODULE$")
+        getattr(spark_logging, "org$apache$spark$internal$Logging$$defaultSparkLog4jConfig_$eq")(False)
+        context.setConfigLocation(jvm.java.net.URI(LOG4J_CONFIG.as_uri()))
+
+
+def spark_session(
+    app: str, master: str | None = None, profile: str = "local", overrides: list[str] | None = None
+) -> tuple[Any, float]:
+    """Start (or reuse) a SparkSession with the layered settings; returns (session, start-up seconds)."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
@@ -33,17 +152,21 @@ def spark_session(app: str, master: str | None = None, profile: str = "local", o
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, 0.0
+    command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
+    submitted = submitted_settings()
+    settings = layered_settings(profile, submitted, command_line)
+    quiet = settings.get(VERBOSE, "false").lower() != "true" and not has_own_log4j(settings)
+    if quiet:
+        settings |= quiet_console(settings)
+        if under_spark_submit():
+            _quiet_running_driver()
+        elif SparkContext._gateway is None:
+            _launch_quiet_gateway(settings)
     builder = SparkSession.builder.appName(app)
-    if master:
-        builder = builder.master(master)
-    elif "spark.master" not in os.environ.get("SPARK_CONF", "") and not os.environ.get("SPARK_ENV_LOADED"):
-        builder = builder.master("local[*]")
-    settings = read_profile(profile)
-    for item in overrides or []:
-        key, _, value = item.partition("=")
-        settings[key] = value
     for key, value in settings.items():
-        builder = builder.config(key, value)
+        if submitted.get(key) != value:
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if quiet:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark, time.monotonic() - t0

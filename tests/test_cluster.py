@@ -1,34 +1,304 @@
-"""One end-to-end rebuild on ``local-cluster[2,1,1024]``: separate executor JVMs and Python workers.
-
-Nothing may lean on the driver's memory or process: segments are read, parsed and written
-by executors. Runs the command line in its own process (one SparkContext per process).
+"""The jobs as a fleet runs them: ``spark-submit jobs/<verb>.py`` on a standalone cluster whose executors do not
+share the driver's /tmp (tests/spark_cluster.py), executors killed mid-rebuild, the nightly script, the settings
+layers and the console. Every run is its own process (one SparkContext per process); oracles are the broker's
+files, the fixture's dump summary and the Delta tables as delta-rs reads them.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+from tests import spark_cluster
+from tests.spark_cluster import ROOT, Cluster, wait_for
+from tests.storecopy import copy_store, tree_digest
 from tests.test_rebuild import assert_same_index
 
+pytestmark = pytest.mark.cluster
+cluster = spark_cluster.cluster  # the session's standalone cluster (a fixture)
 
-def test_rebuild_on_local_cluster_matches_the_broker(fixture_dir, tmp_path):
-    out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "jobs.cli",
-        "rebuild",
+# the 4.9.8 sample: ../shared/fixtures from the main checkout, ../../shared/fixtures from a worktree under wt/
+FIXTURE_DIR = next(
+    (p / "shared/fixtures/rocketmq-4.9.8-sample" for p in ROOT.parents if (p / "shared/fixtures").is_dir()),
+    ROOT.parent / "shared/fixtures/rocketmq-4.9.8-sample",
+)
+EXPIRED, CLEAN, BROKER_CONF = FIXTURE_DIR / "expired", FIXTURE_DIR / "clean", FIXTURE_DIR / "broker.conf"
+EXPIRED_SUMMARY = "rebuild: 16 segments, 6,900 messages, 25 queues, 5 index files"
+BIG_STORE_CONF = "mappedFileSizeCommitLog=33554432\nmaxHashSlotNum=100000\nmaxIndexNum=400000\n"
+JOB_TIMEOUT = 600
+
+
+def failed(done: subprocess.CompletedProcess) -> str:
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}"
+
+
+def assert_published(out: Path) -> None:
+    """OUT holds exactly a rebuild's files, no hidden or temporary one, and nothing else was left beside it."""
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "consumequeue", "index", "rebuild.json"]
+    assert [p for p in out.rglob(".*")] == []
+    assert sorted(os.listdir(out.parent)) == ["out"]  # the staging directory was renamed, none is left
+
+
+def delta_rows(table: Path) -> list[dict]:
+    """The table's rows as delta-rs reads it (no Spark, no project code)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+
+
+@pytest.fixture(scope="module")
+def rebuilt_expired(cluster: Cluster) -> tuple[Path, subprocess.CompletedProcess]:
+    """expired/ rebuilt once on the cluster, into the shared dir."""
+    out = cluster.new_dir("rebuilt") / "out"
+    done = cluster.submit("rebuild", ["--store", str(EXPIRED), "--out", str(out), "--broker-config", str(BROKER_CONF)])
+    return out, done
+
+
+def test_rebuild_on_the_cluster_matches_the_broker(rebuilt_expired):
+    out, done = rebuilt_expired
+    assert done.returncode == 0, failed(done)
+    assert EXPIRED_SUMMARY in done.stdout
+    assert_same_index(EXPIRED, out)
+    assert_published(out)
+
+
+def test_audit_with_rebuilt_on_the_cluster(cluster: Cluster, rebuilt_expired):
+    out, _ = rebuilt_expired
+    report = cluster.new_dir("report")
+    args = [
         "--store",
-        str(fixture_dir / "expired"),
-        "--out",
+        str(EXPIRED),
+        "--rebuilt",
         str(out),
+        "--report",
+        str(report),
         "--broker-config",
-        str(fixture_dir / "broker.conf"),
-        "--master",
-        "local-cluster[2,1,1024]",
+        str(BROKER_CONF),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "rebuild: 16 segments, 6,900 messages, 25 queues, 5 index files" in done.stdout
-    assert_same_index(fixture_dir / "expired", out)
+    done = cluster.submit("audit", args)
+    assert done.returncode == 0, failed(done)
+    summary = json.loads((report / "report.json").read_text())["summary"]
+    assert (summary["exit_code"], summary["error"], summary["warning"]) == (0, 0, 0)
+    assert summary["commitlog"]["messages"] == 6900
+
+
+def test_audit_without_rebuilt_on_the_cluster(cluster: Cluster):
+    """The audit rebuilds by itself: its work dir must be one the executors see, not the driver's /tmp."""
+    report = cluster.new_dir("report")
+    done = cluster.submit(
+        "audit", ["--store", str(EXPIRED), "--report", str(report), "--broker-config", str(BROKER_CONF)]
+    )
+    assert done.returncode == 0, failed(done)
+    assert json.loads((report / "report.json").read_text())["summary"]["exit_code"] == 0
+
+
+def test_audit_history_since_last_twice_on_the_cluster(cluster: Cluster, rebuilt_expired):
+    out, _ = rebuilt_expired
+    table, reports = cluster.new_dir("history") / "table", cluster.new_dir("reports")
+    run_ids = []
+    for n in (1, 2):
+        args = ["--store", str(EXPIRED), "--rebuilt", str(out), "--report", str(reports / str(n))]
+        args += ["--broker-config", str(BROKER_CONF), "--history", str(table), "--store-id", "broker-a", "--since-last"]
+        done = cluster.submit("audit", args)
+        assert done.returncode == 0, failed(done)
+        run_ids.append(json.loads((reports / str(n) / "report.json").read_text())["run"]["history"]["run_id"])
+    summaries = sorted((r for r in delta_rows(table) if r["row_type"] == "summary"), key=lambda r: r["started_at"])
+    assert [(r["run_id"], r["store"], r["exit_code"], r["base_run_id"]) for r in summaries] == [
+        (run_ids[0], "broker-a", 0, None),
+        (run_ids[1], "broker-a", 0, run_ids[0]),
+    ]
+    assert len(summaries[1]["segments_audited"]) < len(summaries[0]["segments_audited"])  # only the tail
+
+
+def test_rebuild_with_catalog_on_the_cluster(cluster: Cluster):
+    base = cluster.new_dir("catalog")
+    args = ["--store", str(EXPIRED), "--out", str(base / "out"), "--broker-config", str(BROKER_CONF)]
+    done = cluster.submit("rebuild", [*args, "--catalog", str(base / "catalog"), "--store-id", "broker-a"])
+    assert done.returncode == 0, failed(done)
+    rows = delta_rows(base / "catalog")
+    summary = json.loads((FIXTURE_DIR / "expected" / "expired" / "dump_summary.json").read_text())
+    assert len(rows) == summary["messages"]
+    assert {r["store_id"] for r in rows} == {"broker-a"}
+    by_topic: dict[str, int] = {}
+    for r in rows:
+        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + 1
+    assert by_topic == summary["messagesByTopic"]
+
+
+def test_recover_dry_run_on_the_cluster(cluster: Cluster):
+    store = copy_store(EXPIRED, cluster.new_dir("recover") / "store")
+    before = tree_digest(store)
+    done = cluster.submit("recover", ["--store", str(store), "--broker-config", str(BROKER_CONF)])
+    assert done.returncode == 0, failed(done)
+    assert "recover: nothing to change" in done.stdout or "recover: dry run" in done.stdout
+    assert tree_digest(store) == before
+
+
+# --- faults: an executor JVM or a Python worker killed in the middle of a rebuild ----------------------------
+
+
+@pytest.fixture(scope="module")
+def big_store(cluster: Cluster) -> Path:
+    """~190 MiB in 32 MiB segments (5 parse tasks on 2 cores), its broker-written CQ and index files the oracle."""
+    base = cluster.new_dir("big")
+    (base / "broker.conf").write_text(BIG_STORE_CONF)
+    cmd = [sys.executable, "-m", "jobs.cli", "generate", "--out", str(base / "store"), "--size", "192MiB"]
+    cmd += ["--seed", "7", "--broker-config", str(base / "broker.conf")]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, failed(done)
+    return base
+
+
+def executor_jvms(cluster: Cluster) -> list[int]:
+    return cluster.worker_processes("CoarseGrainedExecutorBackend")
+
+
+@pytest.mark.parametrize("victim", [executor_jvms, Cluster.python_workers], ids=["executor-jvm", "python-worker"])
+def test_a_process_killed_mid_rebuild_costs_a_retry_not_the_result(cluster: Cluster, big_store: Path, victim):
+    out, log = cluster.new_dir("fault") / "out", cluster.new_dir("log") / "submit.log"
+    args = ["--store", str(big_store / "store"), "--out", str(out), "--broker-config", str(big_store / "broker.conf")]
+    job = cluster.start_submit("rebuild", args, log)
+    try:
+        # a Python worker forked on the executor: segments are being parsed
+        wait_for(lambda: cluster.python_workers() or job.poll() is not None, JOB_TIMEOUT, "a parse task")
+        pids = victim(cluster)
+        assert job.poll() is None and pids, f"the job ended before the kill:\n{log.read_text()[-3000:]}"
+        assert not out.exists()
+        os.kill(pids[0], signal.SIGKILL)
+        job.wait(timeout=JOB_TIMEOUT)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert job.returncode == 0, text[-6000:]
+    assert "Lost task" in text  # the killed process's tasks ran again
+    assert_same_index(big_store / "store", out)
+    assert_published(out)
+
+
+# --- the nightly script as cron runs it ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_store(cluster: Cluster) -> Path:
+    """A small store written with RocketMQ's default settings (the nightly script passes no broker config)."""
+    store = cluster.new_dir("nightly") / "store"
+    cmd = [sys.executable, "-m", "jobs.cli", "generate", "--out", str(store), "--messages", "3000", "--seed", "3"]
+    cmd += ["--deleted-head-segments", "0"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, failed(done)
+    return store
+
+
+def test_nightly_script_on_the_cluster(cluster: Cluster, default_store: Path):
+    base = cluster.new_dir("nightly-run")
+    env = {
+        **cluster.env,
+        "SPARK_MASTER": cluster.master_url,
+        "HISTORY": str(base / "history"),
+        "REPORTS": str(base / "reports"),
+        "DELTA_PACKAGE": "",
+        "EXECUTORS": "1",
+        "ALERT_CMD": "echo ALERT:",
+    }
+    script = [str(ROOT / "conf" / "nightly-audit.sh"), "broker-a", str(default_store)]
+    done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, failed(done)
+    assert "rmqstore audit broker-a: clean" in done.stdout
+    summaries = [r for r in delta_rows(base / "history") if r["row_type"] == "summary"]
+    assert [(r["store"], r["exit_code"], r["errors"], r["warnings"]) for r in summaries] == [("broker-a", 0, 0, 0)]
+    (report,) = (base / "reports" / "broker-a").iterdir()
+    assert json.loads((report / "report.json").read_text())["summary"]["exit_code"] == 0
+
+
+# --- settings layers and the console (spark-submit and rmqstore on local[1]: no cluster needed) ----------------
+
+PROBE = """
+import argparse, json, sys
+sys.path.insert(0, {root!r})
+from jobs.cli import add_spark_options
+from jobs.session import spark_session
+p = argparse.ArgumentParser()
+add_spark_options(p)
+args = p.parse_args()
+spark, _ = spark_session("probe", args.master, args.profile, args.conf)
+keys = ["spark.sql.shuffle.partitions", "spark.default.parallelism"]
+print(json.dumps({{k: spark.conf.get(k) for k in keys}}))
+spark.stop()
+"""
+
+
+def probe_settings(tmp_path: Path, submit_conf: list[str], our_conf: list[str]) -> dict[str, str]:
+    """The settings a job's session ends up with under ``spark-submit --conf ... probe.py --conf ...``."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE.format(root=str(ROOT)))
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    cmd = [str(spark_submit), "--master", "local[1]", *(a for kv in submit_conf for a in ("--conf", kv)), str(probe)]
+    cmd += [a for kv in our_conf for a in ("--conf", kv)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, failed(done)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("submit_conf", "our_conf", "partitions"),
+    [
+        ([], [], "8"),  # conf/local.conf
+        (["spark.sql.shuffle.partitions=3"], [], "3"),  # spark-submit's --conf over the profile
+        (["spark.sql.shuffle.partitions=3"], ["spark.sql.shuffle.partitions=5"], "5"),  # ours over spark-submit's
+    ],
+    ids=["profile", "spark-submit-over-profile", "ours-over-spark-submit"],
+)
+def test_settings_precedence_under_spark_submit(tmp_path, submit_conf, our_conf, partitions):
+    got = probe_settings(tmp_path, submit_conf, our_conf)
+    assert got == {"spark.sql.shuffle.partitions": partitions, "spark.default.parallelism": "8"}  # profile fills
+
+
+def rmqstore_rebuild(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "jobs.cli", "rebuild", "--store", str(EXPIRED), "--out", str(out)]
+    cmd += ["--broker-config", str(BROKER_CONF), "--master", "local[1]", *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+
+
+def test_console_is_quiet_and_verbose_brings_spark_back(tmp_path):
+    quiet = rmqstore_rebuild(tmp_path / "quiet")
+    assert quiet.returncode == 0, failed(quiet)
+    assert EXPIRED_SUMMARY in quiet.stdout
+    noise = [line for line in quiet.stderr.splitlines() if not line.startswith("  parse: ")]
+    assert noise == []
+    verbose = rmqstore_rebuild(tmp_path / "verbose", "--verbose")
+    assert verbose.returncode == 0, failed(verbose)
+    for text in ("WARNING: Using incubator modules", "WARN NativeCodeLoader", "Using Spark's default log4j profile"):
+        assert text in verbose.stderr
+
+
+def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
+    from jobs.session import DEFAULTS, layered_settings, parse_overrides, read_properties, submitted_settings
+
+    (tmp_path / "spark-defaults.conf").write_text("# site\nspark.sql.shuffle.partitions 6\nspark.executor.cores=3\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    submitted = submitted_settings()  # not under spark-submit: SPARK_CONF_DIR's spark-defaults.conf
+    assert submitted == {"spark.sql.shuffle.partitions": "6", "spark.executor.cores": "3"}
+    ours = parse_overrides(["spark.executor.cores=1", "spark.app.name=a=b"])
+    got = layered_settings("local", submitted, ours)
+    local = read_properties(ROOT / "conf" / "local.conf")
+    assert got["spark.sql.shuffle.partitions"] == "6" != local["spark.sql.shuffle.partitions"]
+    assert got["spark.executor.cores"] == "1" and got["spark.app.name"] == "a=b"
+    assert got["spark.default.parallelism"] == local["spark.default.parallelism"]
+    assert got["spark.master"] == DEFAULTS["spark.master"]
+
+
+def test_a_conf_without_equals_is_a_settings_error():
+    from jobs.session import parse_overrides
+    from storelib.constants import ConfigError
+
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["spark.sql.shuffle.partitions"])
