@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from storelib.constants import ConfigError
+from storelib.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 LOG4J_CONFIG = CONF_DIR / "log4j2.properties"

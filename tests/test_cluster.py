@@ -298,7 +298,7 @@ def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
 
 def test_a_conf_without_equals_is_a_settings_error():
     from jobs.session import parse_overrides
-    from storelib.constants import ConfigError
+    from storelib.errors import ConfigError
 
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["spark.sql.shuffle.partitions"])
