@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.jars import jar_defaults
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -42,6 +44,7 @@ def spark_session(app: str, master: str | None = None, profile: str = "local", o
     for item in overrides or []:
         key, _, value = item.partition("=")
         settings[key] = value
+    settings = {**jar_defaults(settings), **settings}  # Delta and S3A jars, unless the user chose jars
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
