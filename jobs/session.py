@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from jobs.jars import jar_defaults
+from udfs.fs import spark_s3_settings
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -44,7 +45,8 @@ def spark_session(app: str, master: str | None = None, profile: str = "local", o
     for item in overrides or []:
         key, _, value = item.partition("=")
         settings[key] = value
-    settings = {**jar_defaults(settings), **settings}  # Delta and S3A jars, unless the user chose jars
+    # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables
+    settings = {**jar_defaults(settings), **spark_s3_settings(), **settings}
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -102,8 +102,8 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory) -> Iterator[S3Server]:
+@pytest.fixture(scope="session", name="s3")
+def s3_server(tmp_path_factory) -> Iterator[S3Server]:
     """One s3proxy for the session, the ``AWS_*`` variables set to reach it, its bucket created."""
     proc, server = start(tmp_path_factory.mktemp("s3proxy"))
     saved = {k: os.environ.get(k) for k in server.env}
