@@ -4,7 +4,7 @@ Written by ``rmqstore rebuild --catalog TABLE`` from the rebuild's parsed record
 jobs.delta for who writes which table). Rows are identified by (``store_id``, ``commitlog_offset``); a rebuild
 MERGEs its store's rows into the table: new records are inserted, changed ones updated, and rows of that store
 id no longer in the store deleted, so a rerun never duplicates a row and leaves the other stores untouched.
-The table is liquid-clustered by ``store_id``, ``store_date`` and ``keys`` (OPTIMIZE after each write), so
+The table is liquid-clustered by ``store_id``, ``store_date`` and ``keys`` (OPTIMIZE after a write that added files), so
 files hold one store's days and ranges of keys: a look-up by store, day or key reads few files. delta-rs
 reads it (writer features clustering and domainMetadata; no deletion vectors), but cannot write it.
 """
@@ -100,6 +100,7 @@ def write_catalog(spark: SparkSession, records_df: DataFrame, table: str, store_
     finally:
         spark.conf.unset(_USER_METADATA)
     commit = find_commit(table, write_id)
-    spark.sql(f"OPTIMIZE delta.`{path}`")  # clusters the new files by CLUSTER_BY
     counts = {k: int(commit["metrics"].get(f"numTargetRows{k.title()}", 0)) for k in ("inserted", "updated", "deleted")}
+    if int(commit["metrics"].get("numTargetFilesAdded", 0)):
+        spark.sql(f"OPTIMIZE delta.`{path}`")  # clusters the files the MERGE wrote by CLUSTER_BY
     return {"version": commit["version"], **counts, "engine": "delta-spark"}
