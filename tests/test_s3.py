@@ -20,7 +20,7 @@ from jobs.rebuild import list_segments, parse_store
 from tests.conftest import FIXTURE_DIR
 from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server  # noqa: F401 (fixture s3)
 from tests.test_delta import BROKER_A, BROKER_B, readme_queries, records_df
-from udfs.fs import spark_s3_settings
+from udfs.fs import S3Options, delta_storage_options, is_object_store, s3_options, spark_s3_settings, to_s3
 
 pytestmark = pytest.mark.s3
 CLEAN = FIXTURE_DIR / "clean"
@@ -44,9 +44,39 @@ def rs_rows(server: S3Server, key: str) -> list[dict]:
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
         "AWS_ALLOW_HTTP": "true",
     }
-    return (
-        DeltaTable(f"s3://{server.bucket}/{key}", storage_options=options).to_pyarrow_dataset().to_table().to_pylist()
+    table = DeltaTable(f"s3://{server.bucket}/{key}", storage_options=options)
+    return table.to_pyarrow_dataset().to_table().to_pylist()
+
+
+def test_s3_settings_from_the_environment_and_hadoop(monkeypatch):
+    env = {"AWS_ENDPOINT_URL": "http://10.0.0.5:9000", "AWS_REGION": "eu-west-1"}
+    env |= {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    options = s3_options({})
+    assert options == S3Options("http://10.0.0.5:9000", "eu-west-1", "id", "secret")
+    hadoop = {"fs.s3a.endpoint": "minio:9000", "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.access.key": "k"}
+    assert s3_options(hadoop) == S3Options("http://minio:9000", "eu-west-1", "k", "secret")  # --conf wins
+    assert spark_s3_settings(options) == {
+        "spark.hadoop.fs.s3a.access.key": "id",
+        "spark.hadoop.fs.s3a.secret.key": "secret",
+        "spark.hadoop.fs.s3a.endpoint": "http://10.0.0.5:9000",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+    }
+    rs = delta_storage_options("s3a://b/t", options)
+    assert (rs["AWS_ENDPOINT_URL"], rs["AWS_ALLOW_HTTP"], rs["AWS_CONDITIONAL_PUT"]) == (
+        env["AWS_ENDPOINT_URL"],
+        "true",
+        "etag",
     )
+    assert delta_storage_options("/data/t", options) == {}
+    assert spark_s3_settings(S3Options(None, None, None, None)) == {}
+    assert (to_s3("s3a://b/k"), to_s3("hdfs://n/k")) == ("s3://b/k", "hdfs://n/k")
+    uris = ("s3a://b/k", "s3://b", "gs://b/k", "hdfs://n/k", "/data", "file:///data")
+    stores = [u for u in uris if is_object_store(u)]
+    assert stores == ["s3a://b/k", "s3://b", "gs://b/k"]
 
 
 @pytest.fixture(scope="module")

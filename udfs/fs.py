@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -51,8 +52,9 @@ def to_s3(uri: str) -> str:
     return uri
 
 
-def s3_options() -> S3Options:
-    """The S3 settings: the ``AWS_*`` variables, with the active Spark driver's ``spark.hadoop.fs.s3a.*`` on top.
+def s3_options(hadoop: Mapping[str, str] | None = None) -> S3Options:
+    """The S3 settings: the ``AWS_*`` variables, with Hadoop's ``fs.s3a.*`` on top (default: the active Spark
+    driver's ``spark.hadoop.fs.s3a.*``).
 
     A bare endpoint (``host:port``) takes its scheme from ``fs.s3a.connection.ssl.enabled`` (default true).
     """
@@ -63,7 +65,7 @@ def s3_options() -> S3Options:
         "access_key": env.get("AWS_ACCESS_KEY_ID"),
         "secret_key": env.get("AWS_SECRET_ACCESS_KEY"),
     }
-    hadoop = _driver_s3a_settings()
+    hadoop = _driver_s3a_settings() if hadoop is None else hadoop
     found.update({field: hadoop[key] for key, field in _S3A_KEYS.items() if hadoop.get(key)})
     endpoint = found["endpoint"]
     if endpoint and "://" not in endpoint:
