@@ -70,7 +70,7 @@ def write_catalog(spark: SparkSession, records_df: DataFrame, table: str, store_
 
     ``records_df`` has udfs.schema.RECORD_SCHEMA's columns. ``store_id`` names the store in the catalog
     (letters, digits, ``._-``; e.g. the broker name). Afterwards the table holds exactly the store's messages
-    under that id. Returns ``{"version", "inserted", "updated", "deleted", "engine"}`` (the MERGE's commit).
+    under that id. Returns ``{"version", "inserted", "updated", "deleted"}`` of the MERGE's commit.
     """
     if not _STORE_ID.fullmatch(store_id):
         raise ValueError(f"store id {store_id!r}: use only letters, digits, '.', '_' and '-'")
@@ -103,4 +103,4 @@ def write_catalog(spark: SparkSession, records_df: DataFrame, table: str, store_
     counts = {k: int(commit["metrics"].get(f"numTargetRows{k.title()}", 0)) for k in ("inserted", "updated", "deleted")}
     if int(commit["metrics"].get("numTargetFilesAdded", 0)):
         spark.sql(f"OPTIMIZE delta.`{path}`")  # clusters the files the MERGE wrote by CLUSTER_BY
-    return {"version": commit["version"], **counts, "engine": "delta-spark"}
+    return {"version": commit["version"], **counts}
