@@ -4,6 +4,7 @@ backups, and a rebuild from and to S3."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,27 @@ def test_two_audits_append_to_one_history_on_s3_at_once(s3: S3Server):
     summaries = sorted(r["run_id"] for r in rows if r["row_type"] == "summary")
     assert summaries == sorted(f"{s}-{i}" for s in ("broker-a", "broker-b") for i in range(runs))
     assert sum(r["row_type"] == "finding" for r in rows) == 2 * runs
+
+
+def test_two_nightly_audits_of_one_store_record_both_runs_on_s3(s3: S3Server, tmp_path):
+    """Two ``rmqstore audit --history s3a://...`` processes (the sample store as broker-a and broker-b)
+    started together, their JVMs, rebuilds and audits overlapping: both runs are in the history, each in its
+    own version."""
+    table, store = s3.uri("nightly-history"), str(CLEAN)
+    argv = [str(RMQSTORE), "audit", "--store", store, "--broker-config", str(FIXTURE_DIR / "broker.conf")]
+    procs = [
+        subprocess.Popen(
+            [*argv, "--history", table, "--store-id", f"broker-{n}", "--report", str(tmp_path / n)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for n in "ab"
+    ]
+    assert [p.wait(timeout=900) for p in procs] == [0, 0]
+    reports = [json.loads((tmp_path / n / "report.json").read_text())["run"]["history"] for n in "ab"]
+    assert sorted(r["version"] for r in reports) == [0, 1]
+    summaries = {(r["store"], r["run_id"]) for r in rs_rows(s3, "nightly-history") if r["row_type"] == "summary"}
+    assert summaries == {(f"broker-{n}", r["run_id"]) for n, r in zip("ab", reports)}
 
 
 def test_story_6_was_a_key_ever_stored_across_three_backups(s3_spark, s3: S3Server, fixture_cfg):
