@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := demo
 BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
 
-.PHONY: setup java chromium run test lint bench clean
+.PHONY: setup java jars chromium run test lint bench clean
 
-setup: $(STAMP) java chromium
+setup: $(STAMP) java jars chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ chromium:
 			chromium fonts-noto-cjk fonts-noto-color-emoji; } \
 		|| echo "could not install chromium: the browser tests (tests/test_report_html.py) will be skipped"; \
 	fi
+
+# Delta and S3A jars for spark.jars (jobs/jars.py): fetched once with Maven (Debian's, installed when missing and
+# the cache is not complete), checked against conf/jars/jars.lock; offline once cached.
+jars: $(STAMP) java
+	@$(PY) -m jobs.jars --check >/dev/null || command -v mvn >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq maven; }
+	$(PY) -m jobs.jars
 
 # The main job end to end on the built-in demo store: generate once, rebuild, audit.
 run: setup

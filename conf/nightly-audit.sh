@@ -8,13 +8,15 @@
 #   SPARK_MASTER [yarn]  HISTORY [s3a://rmq-audit/history]  REPORTS [s3a://rmq-audit/reports]
 #   EXECUTORS [4]  INDEX_MB [420: one IndexFile, 40 + 4*maxHashSlotNum + 20*maxIndexNum bytes, in MB]
 #   ALERT_CMD [logger -t rmqstore]: run with a message when the audit finds something (exit 1) or fails (2)
-#   DELTA_PACKAGE [io.delta:delta-spark_2.13:4.0.0]: set it empty on a cluster without Maven access; the
-#     job then commits with the deltalake Python package from the driver (same table format)
+#   DELTA_PACKAGE [io.delta:delta-spark_2.13:4.0.1]: resolved by spark-submit only when the jars of `make jars`
+#     are not cached (~/.cache/rmq-store-rebuild/jars, as conf/jars/jars.lock lists them; they are then
+#     passed with --jars, S3A included); set it empty to read the
+#     history with the deltalake Python package instead (the history is always appended by deltalake)
 #   PY_ENV_ARCHIVE []: a venv-pack/conda-pack archive of this project's Python environment (pyarrow,
 #     deltalake), unpacked on every node as ./env; leave empty when the nodes already have it
-#   DELTA_DDB_TABLE []: on S3, the DynamoDB table of Delta's S3DynamoDBLogStore. delta-spark needs it when
-#     jobs of several drivers write one table at once (the stores' audits share the history table); the
-#     deltalake path relies on S3's conditional writes instead. Do not mix the two on one S3 table.
+#   AWS_ENDPOINT_URL, AWS_REGION: passed on to the executors (credentials: the nodes' own, e.g. instance roles)
+# Many audits append to one history table at once: the driver commits each with deltalake (delta-rs), whose
+# conditional writes on S3 lose no commit; no DynamoDB lock table is needed. Never write it with delta-spark.
 set -euo pipefail
 
 STORE_ID=${1:?usage: nightly-audit.sh STORE_ID STORE_URI}
@@ -26,7 +28,7 @@ REPORTS=${REPORTS:-s3a://rmq-audit/reports}
 INDEX_MB=${INDEX_MB:-420}
 EXECUTORS=${EXECUTORS:-4}
 ALERT_CMD=${ALERT_CMD:-logger -t rmqstore}
-DELTA_PACKAGE=${DELTA_PACKAGE-io.delta:delta-spark_2.13:4.0.0}
+DELTA_PACKAGE=${DELTA_PACKAGE-io.delta:delta-spark_2.13:4.0.1}
 REPORT="$REPORTS/$STORE_ID/$(date -u +%Y-%m-%dT%H%M%SZ)"
 
 # Memory per segment size: a task streams its commitlog segment in 8 MiB chunks and hands rows on in Arrow
@@ -44,16 +46,16 @@ if [[ -n "${PY_ENV_ARCHIVE:-}" ]]; then
 fi
 
 delta_opts=()
-if [[ -n "$DELTA_PACKAGE" ]]; then
+if (cd "$ROOT" && python3 -m jobs.jars --check >/dev/null); then
+  read -ra delta_opts <<<"$(cd "$ROOT" && python3 -m jobs.jars --submit-args)"
+elif [[ -n "$DELTA_PACKAGE" ]]; then
   delta_opts=(--packages "$DELTA_PACKAGE"
     --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
     --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
-  if [[ -n "${DELTA_DDB_TABLE:-}" ]]; then
-    delta_opts[1]+=",io.delta:delta-storage-s3-dynamodb:${DELTA_PACKAGE##*:}"
-    delta_opts+=(--conf spark.delta.logStore.s3a.impl=io.delta.storage.S3DynamoDBLogStore
-      --conf spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName="$DELTA_DDB_TABLE")
-  fi
 fi
+for var in AWS_ENDPOINT_URL AWS_REGION; do
+  if [[ -n "${!var:-}" ]]; then delta_opts+=(--conf "spark.executorEnv.$var=${!var}"); fi
+done
 
 set +e
 spark-submit \

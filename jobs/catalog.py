@@ -1,22 +1,29 @@
 """The message catalog: one Delta row per message of a store, for finding messages by key, time or queue.
 
-Written by ``rmqstore rebuild --catalog TABLE`` from the rebuild's parsed records. Partitioned by
-``store_id`` and ``store_date`` (the UTC day of ``store_timestamp``); within a day, files hold ranges of
-(topic, queue_id, queue_offset), so a queue or time-range query reads few files. Rebuilding a store again
-replaces that store's rows in one commit (the other stores' rows and the table's history stay).
+Written by ``rmqstore rebuild --catalog TABLE`` from the rebuild's parsed records, with delta-spark (see
+jobs.delta for who writes which table). Rows are identified by (``store_id``, ``commitlog_offset``); a rebuild
+MERGEs its store's rows into the table: new records are inserted, changed ones updated, and rows of that store
+id no longer in the store deleted, so a rerun never duplicates a row and leaves the other stores untouched.
+The table is liquid-clustered by ``store_id``, ``store_date`` and ``keys`` (OPTIMIZE after a write that added files), so
+files hold one store's days and ranges of keys: a look-up by store, day or key reads few files. delta-rs
+reads it (writer features clustering and domainMetadata; no deletion vectors), but cannot write it.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.delta import write_delta
+from jobs.delta import find_commit, require_delta_spark, spark_path
 
-PARTITION_BY = ["store_id", "store_date"]
-SORT_BY = ["topic", "queue_id", "queue_offset"]
+CLUSTER_BY = ["store_id", "store_date", "keys"]
+ROW_KEY = ["store_id", "commitlog_offset"]  # one message record of one store
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}  # delta-rs cannot open tables with deletion vectors
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 #: the record fields kept, in the broker's terms (see udfs.schema.MESSAGE_SCHEMA)
 INDEX_FIELDS = [
     "topic",
@@ -57,20 +64,41 @@ def catalog_rows(records: DataFrame) -> DataFrame:
 
 
 def write_catalog(spark: SparkSession, records_df: DataFrame, table: str, store_id: str) -> dict:
-    """Replace ``store_id``'s rows of the catalog at ``table`` (created if missing) with ``records_df``'s messages.
+    """MERGE ``records_df``'s messages into the catalog at ``table`` (created if missing) as store ``store_id``.
 
     ``records_df`` has udfs.schema.MESSAGE_SCHEMA's columns. ``store_id`` names the store in the catalog
-    (letters, digits, ``._-``; e.g. the broker name). Returns write_delta's dict (version, files, rows, engine).
+    (letters, digits, ``._-``; e.g. the broker name). Afterwards the table holds exactly the store's messages
+    under that id. Returns ``{"version", "inserted", "updated", "deleted"}`` of the MERGE's commit.
     """
     if not _STORE_ID.fullmatch(store_id):
         raise ValueError(f"store id {store_id!r}: use only letters, digits, '.', '_' and '-'")
-    rows = catalog_rows(records_df)
-    ordered = rows.repartitionByRange("store_date", *SORT_BY).sortWithinPartitions("store_date", *SORT_BY)
-    return write_delta(
-        ordered,
-        table,
-        "overwrite",
-        PARTITION_BY,
-        replace={"store_id": store_id},
-        metadata={"job": "rebuild", "store_id": store_id},
-    )
+    require_delta_spark(spark)
+    from delta.tables import DeltaTable
+
+    rows = catalog_rows(records_df).select(F.lit(store_id).alias("store_id"), "*")
+    path = spark_path(table)
+    create = DeltaTable.createIfNotExists(spark).location(path).addColumns(rows.schema).clusterBy(*CLUSTER_BY)
+    for key, value in TABLE_PROPERTIES.items():
+        create = create.property(key, value)
+    create.execute()
+    same_store = f"t.store_id = '{store_id}'"
+    unchanged = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in rows.columns)
+    write_id = uuid.uuid4().hex
+    spark.conf.set(_USER_METADATA, json.dumps({"job": "rebuild", "store_id": store_id, "write_id": write_id}))
+    try:
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(rows.alias("s"), f"{same_store} AND " + " AND ".join(f"t.{c} = s.{c}" for c in ROW_KEY))
+            .whenMatchedUpdateAll(condition=f"NOT ({unchanged})")
+            .whenNotMatchedInsertAll()
+            .whenNotMatchedBySourceDelete(condition=same_store)
+            .execute()
+        )
+    finally:
+        spark.conf.unset(_USER_METADATA)
+    commit = find_commit(table, write_id)
+    counts = {k: int(commit["metrics"].get(f"numTargetRows{k.title()}", 0)) for k in ("inserted", "updated", "deleted")}
+    if int(commit["metrics"].get("numTargetFilesAdded", 0)):
+        spark.sql(f"OPTIMIZE delta.`{path}`")  # clusters the files the MERGE wrote by CLUSTER_BY
+    return {"version": commit["version"], **counts}

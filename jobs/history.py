@@ -4,6 +4,9 @@ Written by ``rmqstore audit --history TABLE``. Rows have ``row_type`` ``"finding
 storelib.findings) or ``"summary"`` (exit code, counts, what the run covered and skipped); both carry
 ``run_id``, ``store`` and ``started_at``. Each run is one commit whose userMetadata names the run, so the
 table can be read as it was after any earlier run. Not partitioned: a few rows per run.
+
+Appended by delta-rs from the driver (jobs.delta.append_rows), not by Spark: many audits append at once,
+on S3 too, and delta-rs's conditional-write commits lose none of them. Read by Spark or delta-rs.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import dataclasses
 import datetime as dt
 import uuid
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from jobs.delta import read_delta, table_exists, table_history, write_delta
+from jobs.delta import append_rows, read_delta, table_exists, table_history
 from storelib.findings import Finding
 
 FINDING, SUMMARY = "finding", "summary"
@@ -47,6 +52,7 @@ HISTORY_SCHEMA = T.StructType(
         *_SUMMARY_FIELDS,
     ]
 )
+HISTORY_ARROW_SCHEMA = to_arrow_schema(HISTORY_SCHEMA)  # timestamps as timestamp[us, UTC], Delta's timestamp
 RUN_KEYS = ("store", "started_at", "finished_at", "exit_code")  # required keys of append_history's run
 
 
@@ -57,7 +63,8 @@ def append_history(spark: SparkSession, table: str, run: dict, findings: list[di
     ``exit_code``; optional ``run_id`` (default: a new UUID, set in ``run``), ``commitlog_max_offset``,
     ``segments_audited`` and ``skipped`` (lists of str), ``base_run_id``. ``findings`` are
     ``Finding.to_dict()`` dicts; their counts per severity and kind go into the summary row.
-    Concurrent appends (several audits sharing a table) all land: delta commits retry on conflict.
+    Concurrent appends (several audits sharing a table, several processes) all land: the delta-rs commit
+    retries on conflict. ``spark`` is not used by the write (a few rows, committed from the driver).
     """
     missing = [k for k in RUN_KEYS if k not in run]
     if missing:
@@ -72,12 +79,11 @@ def append_history(spark: SparkSession, table: str, run: dict, findings: list[di
         "errors": severities["error"],
         "warnings": severities["warning"],
         "infos": severities["info"],
-        "kinds": dict(collections.Counter(f["kind"] for f in findings)),
+        "kinds": list(collections.Counter(f["kind"] for f in findings).items()),  # an Arrow map: (key, value) pairs
     }
     rows = [{**common, **summary, "row_type": SUMMARY}] + [{**f, **common, "row_type": FINDING} for f in findings]
-    df = spark.createDataFrame(rows, HISTORY_SCHEMA).coalesce(1)
-    metadata = {"job": "audit", "run_id": run["run_id"], "store": run["store"]}
-    return write_delta(df, table, "append", [], metadata=metadata)["version"]
+    data = pa.Table.from_pylist(rows, schema=HISTORY_ARROW_SCHEMA)
+    return append_rows(table, data, {"job": "audit", "run_id": run["run_id"], "store": run["store"]})
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -95,7 +101,7 @@ def read_history(
 
 def run_version(spark: SparkSession, table: str, run_id: str) -> int:
     """The Delta version that committed run ``run_id``; KeyError when no commit of the table names it."""
-    for commit in table_history(spark, table):
+    for commit in table_history(table):
         if commit["metadata"].get("run_id") == run_id:
             return commit["version"]
     raise KeyError(f"run {run_id} is not in the history of {table}")
@@ -107,7 +113,7 @@ def last_clean_run(spark: SparkSession, table: str, store: str) -> dict | None:
     Its keys are the summary columns: ``run_id``, ``started_at``/``finished_at`` (UTC datetimes),
     ``commitlog_max_offset`` and ``segments_audited`` (what that run covered), ``skipped``, counts, ...
     """
-    if not table_exists(spark, table):
+    if not table_exists(table):
         return None
     summaries = read_history(spark, table).where(
         (F.col("row_type") == SUMMARY) & (F.col("store") == store) & (F.col("exit_code") == 0)

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.jars import jar_defaults
 from storelib.errors import ConfigError
+from udfs.fs import spark_s3_settings
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 LOG4J_CONFIG = CONF_DIR / "log4j2.properties"
@@ -155,6 +157,8 @@ def spark_session(
     command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
     submitted = submitted_settings()
     settings = layered_settings(profile, submitted, command_line)
+    # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables
+    settings = {**jar_defaults(settings), **spark_s3_settings(), **settings}
     quiet = settings.get(VERBOSE, "false").lower() != "true" and not has_own_log4j(settings)
     if quiet:
         settings |= quiet_console(settings)

@@ -1,24 +1,22 @@
-"""Delta tables on the deltalake path (no delta-spark JARs in CI): writer, reader, catalog, audit history."""
+"""Delta tables: the catalog written by delta-spark (MERGE, clustering), the history appended by delta-rs,
+both read back by delta-rs (the oracle: it shares no code with the writers) and by Spark."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
+import json
 import re
-import threading
-import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import deltalake
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from jobs.catalog import PARTITION_BY, SORT_BY, default_store_id, write_catalog
-from jobs.delta import DELTA_EXTENSION, has_delta_spark, read_delta, write_delta
+from jobs import jars
+from jobs.catalog import CLUSTER_BY, default_store_id, write_catalog
+from jobs.delta import append_rows, has_delta_spark, read_delta, table_history
 from jobs.history import append_history, last_clean_run, read_history, run_version
 from storelib.findings import Finding, finding
 from udfs.schema import MESSAGE_SCHEMA
@@ -67,87 +65,77 @@ def records_df(spark, rows: list[dict]):
     return spark.createDataFrame(rows, from_arrow_schema(MESSAGE_SCHEMA))
 
 
+#: broker-a as an earlier rebuild saw it: its last message differed, and one more message was there
+BROKER_A_BEFORE = [
+    *BROKER_A[:-1],
+    {**BROKER_A[-1], "keys": "ORD-0"},
+    message(1600, "payments", 0, 1, T0 + 38 * HOUR, "ORD-1"),
+]
+
+
 @pytest.fixture(scope="module")
 def catalog(spark, tmp_path_factory) -> tuple[str, list[dict]]:
-    """broker-a written twice (a re-run), then broker-b; the table path and the three write results."""
+    """broker-a written as it was before, then as it is (a re-run), then broker-b; the table and the results."""
     table = str(tmp_path_factory.mktemp("delta") / "catalog")
     results = [
-        write_catalog(spark, records_df(spark, BROKER_A), table, "broker-a"),
+        write_catalog(spark, records_df(spark, BROKER_A_BEFORE), table, "broker-a"),
         write_catalog(spark, records_df(spark, BROKER_A), table, "broker-a"),
         write_catalog(spark, records_df(spark, BROKER_B), table, "broker-b"),
     ]
     return table, results
 
 
-def sorted_rows(table: pa.Table) -> list[tuple]:
-    return sorted(tuple(r.values()) for r in table.to_pylist())
+def arrow(table: str, version: int | None = None) -> pa.Table:
+    """The table read by delta-rs (its dataset: to_pyarrow_table can abort the process at exit)."""
+    return DeltaTable(table, version=version).to_pyarrow_dataset().to_table()
 
 
-def test_write_read_history_schema_and_time_travel(spark, tmp_path):
+def test_append_rows_read_back_and_time_travel(spark, tmp_path):
     table = str(tmp_path / "t")
-    df = spark.createDataFrame(
-        [(i, f"v{i}", f"2024-05-0{1 + i % 2}") for i in range(6)], "n long, s string, day string"
-    )
-    first = write_delta(df, table, "append", ["day"], metadata={"job": "test"})
-    second = write_delta(df.where("n < 2"), table, "append", ["day"])
-    assert (first["version"], first["rows"], first["engine"]) == (0, 6, "deltalake")
-    assert (second["version"], second["rows"]) == (1, 2)
-
-    delta = DeltaTable(table)
-    assert delta.version() == 1 and delta.metadata().partition_columns == ["day"]
-    assert [(f.name, f.type.type) for f in delta.schema().fields] == [("n", "long"), ("s", "string"), ("day", "string")]
-    history = delta.history()
-    assert [h["operation"] for h in history] == ["WRITE", "CREATE TABLE"]
-    assert '"job": "test"' in history[1]["userMetadata"]
-
-    arrow = delta.to_pyarrow_table()
-    assert arrow.num_rows == 8
-    spark_rows = read_delta(spark, table).select("n", "s", "day").collect()
-    assert sorted(tuple(r) for r in spark_rows) == sorted_rows(arrow)
-    assert DeltaTable(table, version=0).to_pyarrow_table().num_rows == 6
-    assert read_delta(spark, table, version=0).count() == 6
-
-    adds = pa.record_batch(delta.get_add_actions(flatten=True)).to_pylist()
-    assert len(adds) == first["files"] + second["files"]
-    for add in adds:
-        assert re.fullmatch(r"day=2024-05-0[12]/part-[^/]+\.parquet", add["path"])
-        assert add["size_bytes"] == os.path.getsize(os.path.join(table, add["path"]))
-        assert add["num_records"] >= 1 and add["min.n"] <= add["max.n"]
-    assert sorted(os.listdir(table)) == ["_delta_log", "day=2024-05-01", "day=2024-05-02"]  # no staging left
-
-    replaced = write_delta(df.where("n = 5"), table, "overwrite", ["day"])
-    assert replaced["version"] == 2 and DeltaTable(table).to_pyarrow_table().column("n").to_pylist() == [5]
+    first = append_rows(table, pa.table({"n": [1, 2, 3], "s": ["a", "b", "c"]}), {"job": "test"})
+    second = append_rows(table, pa.table({"n": [4], "s": ["d"]}), {"job": "test", "n": "4"})
+    assert (first, second) == (0, 1)
+    assert sorted(arrow(table).column("n").to_pylist()) == [1, 2, 3, 4]
+    assert arrow(table, version=0).num_rows == 3
+    assert sorted(r.n for r in read_delta(spark, table).collect()) == [1, 2, 3, 4]
+    assert read_delta(spark, table, version=0).count() == 3
+    history = table_history(table)
+    assert [(h["version"], h["metadata"].get("n")) for h in history] == [(1, "4"), (0, None)]
 
 
-def test_partition_values_must_be_plain(spark, tmp_path):
-    table = tmp_path / "t"
-    with pytest.raises(ValueError, match="partition value"):
-        write_delta(spark.createDataFrame([(1, "a b")], "n long, p string"), str(table), "append", ["p"])
-    assert [p for p in table.iterdir() if p.name != "_delta_log"] == []
+def test_concurrent_appends_all_land(tmp_path):
+    table = str(tmp_path / "t")
+    with ThreadPoolExecutor(8) as pool:
+        versions = list(pool.map(lambda i: append_rows(table, pa.table({"n": [i]}), {"n": str(i)}), range(16)))
+    assert sorted(versions) == list(range(16))  # every append its own commit, none overwritten
+    assert sorted(arrow(table).column("n").to_pylist()) == list(range(16))
+    committed = {h["version"]: h["metadata"]["n"] for h in table_history(table)}
+    assert {v: str(i) for i, v in enumerate(versions)} == committed  # each append knows its version
+
+
+def test_store_id_must_be_plain(spark, tmp_path):
     with pytest.raises(ValueError, match="store id"):
-        write_catalog(spark, records_df(spark, BROKER_B), str(table), "/data/store")
+        write_catalog(spark, records_df(spark, BROKER_B), str(tmp_path / "t"), "/data/store")
+    assert not (tmp_path / "t").exists()
     assert default_store_id("s3a://backups/broker-a/store") == "s3a_backups_broker-a_store"
 
 
-def test_catalog_rerun_replaces_the_store(catalog):
+def test_catalog_rerun_merges_the_store(catalog):
     table, results = catalog
-    assert [r["version"] for r in results] == [0, 1, 2]
-    assert [r["rows"] for r in results] == [len(BROKER_A), len(BROKER_A), len(BROKER_B)]
-    delta = DeltaTable(table)
-    assert delta.metadata().partition_columns == PARTITION_BY
-    counts = {}
-    for store in delta.to_pyarrow_table().column("store_id").to_pylist():
-        counts[store] = counts.get(store, 0) + 1
-    assert counts == {"broker-a": len(BROKER_A), "broker-b": len(BROKER_B)}  # the re-run did not duplicate
-    assert DeltaTable(table, version=0).to_pyarrow_table().num_rows == len(BROKER_A)
-    assert {p["store_date"] for p in delta.partitions()} == {"2024-05-01", "2024-05-02", "2024-05-03"}
-    assert [f.name for f in delta.schema().fields][:2] == ["store_id", "topic"]
-    for path in pa.record_batch(delta.get_add_actions()).column("path").to_pylist():
-        assert path.startswith(("store_id=broker-a/store_date=2024-05-0", "store_id=broker-b/store_date=2024-05-0"))
-        rows = pq.read_table(os.path.join(table, path), columns=SORT_BY).to_pylist()
-        assert [tuple(r.values()) for r in rows] == sorted(tuple(r.values()) for r in rows)  # files sorted by queue
+    assert [{k: r[k] for k in ("inserted", "updated", "deleted")} for r in results] == [
+        {"inserted": len(BROKER_A_BEFORE), "updated": 0, "deleted": 0},
+        {"inserted": 0, "updated": 1, "deleted": 1},  # the changed message, the one no longer in the store
+        {"inserted": len(BROKER_B), "updated": 0, "deleted": 0},
+    ]
+    assert results[0]["version"] < results[1]["version"] < results[2]["version"]
+    rows = arrow(table).to_pylist()
+    expected = [("broker-a", m["commitlog_offset"], m["keys"]) for m in BROKER_A]
+    expected += [("broker-b", m["commitlog_offset"], m["keys"]) for m in BROKER_B]
+    assert sorted((r["store_id"], r["commitlog_offset"], r["keys"]) for r in rows) == sorted(expected)
+    before = arrow(table, version=results[0]["version"]).to_pylist()
+    assert len(before) == len(BROKER_A_BEFORE) and {"ORD-0", "ORD-1"} <= {r["keys"] for r in before}  # time travel
 
-    row = delta.to_pyarrow_table(filters=[("store_id", "=", "broker-a"), ("uniq_key", "=", "UNIQ0400")]).to_pylist()[0]
+    row = next(r for r in rows if r["uniq_key"] == "UNIQ0400")
     assert row["key_list"] == ["ORD-1234", "ORD-9"] and row["store_date"] == dt.date(2024, 5, 1)
     assert {k: row[k] for k in ("topic", "queue_id", "queue_offset", "commitlog_offset", "segment")} == {
         "topic": "orders",
@@ -156,6 +144,19 @@ def test_catalog_rerun_replaces_the_store(catalog):
         "commitlog_offset": 400,
         "segment": "00000000000000000000",
     }
+    assert [f.name for f in DeltaTable(table).schema().fields][:2] == ["store_id", "topic"]
+
+
+def test_catalog_is_clustered_and_readable_by_delta_rs(catalog):
+    table = catalog[0]
+    log = [json.loads(line) for p in sorted(Path(table, "_delta_log").glob("*.json")) for line in p.open()]
+    protocol = next(a["protocol"] for a in log if "protocol" in a)
+    assert protocol["minReaderVersion"] == 1 and "clustering" in protocol["writerFeatures"]
+    assert "deletionVectors" not in protocol.get("readerFeatures", [])
+    clustering = [json.loads(a["domainMetadata"]["configuration"]) for a in log if "domainMetadata" in a]
+    assert clustering[-1]["clusteringColumns"] == [[c] for c in CLUSTER_BY]
+    assert any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in log)
+    assert DeltaTable(table).metadata().partition_columns == []
 
 
 def readme_queries() -> list[str]:
@@ -227,46 +228,29 @@ def test_history_last_clean_run_and_earlier_runs(spark, tmp_path):
     assert read_history(spark, table, version=1).count() == 4
 
 
-def gate(monkeypatch, owner: object, name: str) -> list[object]:
-    """Make two threads reach ``owner.name`` before either runs it; returns the first argument of each call."""
-    barrier = threading.Barrier(2, timeout=60)
-    real = getattr(owner, name)
-    calls: list[object] = []
-
-    def gated(*args: object, **kwargs: object) -> object:
-        calls.append(args[0])
-        barrier.wait()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, gated)
-    return calls
+def test_delta_spark_and_the_cached_jars(spark, monkeypatch):
+    assert jars.cached_jars(), "run make jars"
+    assert has_delta_spark(spark)  # the session took the cached jars (jobs.session)
+    settings = jars.jar_settings()
+    assert settings["spark.jars"].split(",") == [str(p) for p in jars.cached_jars()]
+    assert settings["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert jars.jar_defaults({"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.1"}) == {}  # the user's choice
+    assert jars.jar_defaults({}) == settings
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit: too late for the driver's classpath
+    assert jars.jar_defaults({}) == {}
 
 
-def test_concurrent_audits_lose_no_rows(spark, tmp_path, monkeypatch):
-    table = str(tmp_path / "history")
-
-    def two_audits(hour: int) -> list[dict]:
-        runs = [run(f"broker-{i}", hour, 1) for i in "ab"]
-        with ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(append_history, spark, table, r, [FINDINGS[0].to_dict()]) for r in runs]
-            for f in futures:
-                f.result()
-        return runs
-
-    gate(monkeypatch, deltalake.transaction, "create_table_with_add_actions")  # both create the table
-    runs = two_audits(1)
-    monkeypatch.undo()
-    snapshots = gate(monkeypatch, DeltaTable, "create_write_transaction")  # both commit on the same version
-    runs += two_audits(2)
-    assert [s.version() for s in snapshots] == [1, 1]  # so one commit conflicted and was retried
-
-    delta = DeltaTable(table)
-    assert delta.version() == 3
-    assert sorted(delta.to_pyarrow_table().column("run_id").to_pylist()) == sorted(2 * [r["run_id"] for r in runs])
-    assert sorted(run_version(spark, table, r["run_id"]) for r in runs) == [0, 1, 2, 3]
-
-
-def test_delta_spark_needs_its_class_on_the_classpath(spark):
-    assert not has_delta_spark(spark)  # CI: no Delta JARs, the deltalake path
-    configured = types.SimpleNamespace(conf={"spark.sql.extensions": DELTA_EXTENSION}, sparkContext=spark.sparkContext)
-    assert not has_delta_spark(configured)
+def test_a_jar_that_differs_from_the_lock_is_refused(tmp_path):
+    lock = jars.read_lock()
+    name = "delta-storage-4.0.1.jar"
+    data = bytearray((jars.CACHE / name).read_bytes())
+    (tmp_path / name).write_bytes(data)
+    assert jars.mismatches(tmp_path, {name: lock[name]}) == []
+    data[100] ^= 1
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "extra.jar").write_bytes(b"")
+    assert jars.mismatches(tmp_path, {name: lock[name], "gone.jar": ("0", "0")}) == [
+        "missing gone.jar",
+        "not in the lock: extra.jar",
+        f"checksum differs: {name}",
+    ]

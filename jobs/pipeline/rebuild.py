@@ -43,7 +43,7 @@ from storelib.segments import (
     plan_parse_tasks,
     plan_segments,
 )
-from udfs.fs import join, list_files, read_file, resolve, write_file
+from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
     CQ_RUN_SCHEMA,
@@ -222,7 +222,13 @@ def check_output(store: str, out: str) -> None:
 
 
 def publish(staging: str, out: str) -> None:
-    """Replace OUT with the staging directory: the old output is moved aside, then removed."""
+    """Replace OUT with the staging directory: the old output is moved aside, then removed.
+
+    On an object store there is no rename: the files were written to their final keys (``in_place``) and
+    rebuild.json, written last, is the commit.
+    """
+    if staging == out:
+        return
     fs, out_path = resolve(out)
     _, staging_path = resolve(staging)
     old = None
@@ -234,6 +240,15 @@ def publish(staging: str, out: str) -> None:
         fs.delete_dir(old)
 
 
+def in_place(out: str) -> str:
+    """Object stores: OUT itself, emptied of a previous rebuild, its rebuild.json (the commit) removed first, so
+    a failed run leaves no rebuild.json and is never taken for a rebuild."""
+    delete_tree(f"{out.rstrip('/')}/{REBUILD_REPORT}")
+    for part in ("checkpoint", "consumequeue", "index"):
+        delete_tree(f"{out.rstrip('/')}/{part}")
+    return out
+
+
 def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildResult:
     """Rebuild the index of ``store`` into ``out``; raises DamageStop (nothing published) on damage."""
     if on_error not in ON_ERROR:
@@ -242,7 +257,8 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     check_output(store, out)
     segments, findings = list_segments(store, run)
     with run.work_dir(out) as work:
-        staging, scratch = f"{work}/out", f"{work}/scratch"
+        staging = in_place(out) if is_object_store(out) else f"{work}/out"
+        scratch = f"{work}/scratch"
         runs = parse_store(run, segments, "dispatch", scratch)
         with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments)):
             queues = write_consume_queues(run, runs, staging)
