@@ -5,6 +5,7 @@
 #   conf/nightly-audit.sh STORE_ID STORE_URI        (see conf/nightly.cron)
 #
 # Environment (defaults in brackets):
+#   BROKER_CONFIG []: the broker's broker.conf (segment, ConsumeQueue and IndexFile sizes); empty: RocketMQ's defaults
 #   SPARK_MASTER [yarn]  HISTORY [s3a://rmq-audit/history]  REPORTS [s3a://rmq-audit/reports]
 #   EXECUTORS [4]  INDEX_MB [420: one IndexFile, 40 + 4*maxHashSlotNum + 20*maxIndexNum bytes, in MB]
 #   ALERT_CMD [logger -t rmqstore]: run with a message when the audit finds something (exit 1) or fails (2)
@@ -68,7 +69,7 @@ spark-submit \
   --conf spark.sql.shuffle.partitions=$((EXECUTORS * 2 * 4)) \
   "${py_opts[@]}" "${delta_opts[@]}" \
   "$ROOT/jobs/audit.py" \
-  --store "$STORE_URI" --store-id "$STORE_ID" \
+  --store "$STORE_URI" --store-id "$STORE_ID" ${BROKER_CONFIG:+--broker-config "$BROKER_CONFIG"} \
   --history "$HISTORY" --since-last \
   --report "$REPORT"
 code=$?

@@ -187,9 +187,10 @@ def test_a_process_killed_mid_rebuild_costs_a_retry_not_the_result(cluster: Clus
 
 @pytest.fixture(scope="module")
 def default_store(cluster: Cluster) -> Path:
-    """A small store written with RocketMQ's default settings (the nightly script passes no broker config)."""
+    """A small generated store and its broker.conf (the nightly script's BROKER_CONFIG)."""
     store = cluster.new_dir("nightly") / "store"
     cmd = [sys.executable, "-m", "jobs.cli", "generate", "--out", str(store), "--messages", "3000", "--seed", "3"]
+    cmd += ["--write-broker-config", str(store.parent / "broker.conf")]
     cmd += ["--deleted-head-segments", "0"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT)
     assert done.returncode == 0, failed(done)
@@ -206,6 +207,7 @@ def test_nightly_script_on_the_cluster(cluster: Cluster, default_store: Path):
         "DELTA_PACKAGE": "",
         "EXECUTORS": "1",
         "ALERT_CMD": "echo ALERT:",
+        "BROKER_CONFIG": str(default_store.parent / "broker.conf"),
     }
     script = [str(ROOT / "conf" / "nightly-audit.sh"), "broker-a", str(default_store)]
     done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
