@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := demo
 BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
 
-.PHONY: setup java jars chromium run test lint bench clean
+.PHONY: setup java jars chromium run test test-quick lint bench clean
 
 setup: $(STAMP) java jars chromium
 
@@ -51,6 +51,10 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The quick subset: no real brokers, standalone cluster, S3 server or browser.
+test-quick: setup
+	$(PY) -m pytest -q -m "not broker and not cluster and not s3 and not browser"
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
