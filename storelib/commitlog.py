@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import ipaddress
 import struct
 import zlib
@@ -397,7 +398,7 @@ class SegmentScanner:
         self.last_store_timestamp = 0
 
     def __iter__(self) -> Iterator[RecordBatch]:
-        buf = b""
+        buf = np.zeros(0, dtype=np.uint8)
         buf_pos = 0  # file position of buf[0]
         pos = 0  # file position of the next record
         size = self.file_size
@@ -424,8 +425,9 @@ class SegmentScanner:
                     )
                     break
             # fast path: whole message records already in buf, walked by the kernel
-            a = np.frombuffer(buf, dtype=np.uint8)
-            count, rel = kernel.walk(a, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE)
+            count, rel = kernel.walk(
+                buf, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE
+            )
             if count == len(positions):
                 pos = buf_pos + rel
                 yield from self._decode(buf, buf_pos, positions)
@@ -436,7 +438,7 @@ class SegmentScanner:
                 continue
             left = size - pos
             if left < 8:
-                if any(buf[rel:]):
+                if buf[rel:].any():
                     self.end = SegmentEnd(self.file, END_TORN, self.base + pos, f"{left} stray bytes at the end")
                 else:
                     self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
@@ -492,22 +494,31 @@ class SegmentScanner:
         if count:
             yield from self._decode(buf, buf_pos, positions[:count])
 
-    def _refill(self, buf: bytes, buf_pos: int, pos: int, need: int) -> tuple[bytes, int]:
-        """Drop what is before ``pos`` and read until ``need`` bytes from ``pos`` are in hand."""
-        keep = buf[pos - buf_pos :] if pos - buf_pos < len(buf) else b""
-        parts = [keep]
+    def _refill(self, buf: np.ndarray, buf_pos: int, pos: int, need: int) -> tuple[np.ndarray, int]:
+        """A new buffer from ``pos``: what buf holds from there, then reads until ``need`` bytes (at least a
+        chunk) are in hand or the stream ends. Read straight into it (``readinto``): no copy of the chunk."""
+        keep = buf[pos - buf_pos :]
+        new = np.empty(max(need, self.chunk_size, len(keep)), dtype=np.uint8)
+        new[: len(keep)] = keep
         have = len(keep)
-        want = max(need, self.chunk_size)
-        while have < want:
-            piece = self.stream.read(want - have)
-            if not piece:
+        view = memoryview(new)
+        while have < len(new):
+            got = self._read_into(view[have:])
+            if not got:
                 break
-            parts.append(piece)
-            have += len(piece)
-        return b"".join(parts), pos
+            have += got
+        return new[:have], pos
 
-    def _decode(self, buf: bytes, buf_pos: int, p: np.ndarray) -> Iterator[RecordBatch]:
-        a = np.frombuffer(buf, dtype=np.uint8)
+    def _read_into(self, view: memoryview) -> int:
+        """``readinto`` where the stream has it (files, pyarrow streams); a copy of ``read`` where not."""
+        try:
+            return self.stream.readinto(view) or 0
+        except (AttributeError, NotImplementedError, io.UnsupportedOperation):
+            piece = self.stream.read(len(view))
+            view[: len(piece)] = piece
+            return len(piece)
+
+    def _decode(self, a: np.ndarray, buf_pos: int, p: np.ndarray) -> Iterator[RecordBatch]:
         i32, i64, var, crcs = kernel.decode(a, p, self.check_crc)
         total, implied = i32[:, 0], var[:, 4]
         ok = implied == total
@@ -538,7 +549,8 @@ class SegmentScanner:
                         f"BODYCRC {int(crc[i])} stored, {int(crcs[i])} computed",
                     )
                 )
-        topic_code, first = kernel.intern_runs(a, var[:, 0], var[:, 1])
+        topic_start, topic_len = var[:, 0].copy(), var[:, 1].copy()
+        topic_code, first = kernel.intern_runs(a, topic_start, topic_len)
         self.messages += len(p)
         self.last_store_timestamp = int(i64[-1, 3])
         yield RecordBatch(
@@ -557,9 +569,9 @@ class SegmentScanner:
             body_length=i32[:, 6].copy(),
             crc_ok=crc_ok,
             topic_code=topic_code,
-            topic_names=[buf[s : s + n].decode("utf-8", "replace") for s, n in var[first, :2].tolist()],
+            topic_names=[a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in var[first, :2].tolist()],
             buf=a,
-            topic_start=var[:, 0].copy(),
+            topic_start=topic_start,
             props_start=var[:, 2].copy(),
             props_len=var[:, 3].copy(),
         )
@@ -575,7 +587,7 @@ def find_properties(
     duplicate wins.
     """
     raw = [name.encode("utf-8") for name in names]
-    name_bytes = np.frombuffer(b"".join(raw), dtype=np.uint8) if any(raw) else np.zeros(1, np.uint8)
+    name_bytes = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
     name_end = np.cumsum([len(r) for r in raw], dtype=np.int64)
     starts, lengths = kernel.find_properties(a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end)
     return {name: (starts[j], lengths[j]) for j, name in enumerate(names)}

@@ -41,10 +41,11 @@ def cache_dir() -> Path | None:
 
 
 _CACHE = cache_dir()
-if _CACHE is not None:
-    os.environ["NUMBA_CACHE_DIR"] = str(_CACHE)
 
-if not Path(__file__).is_file() and __name__ == "storelib.kernel":  # imported from a zip: run a real copy
+# numba (0.68) caches a function from a zip under ~/.cache/numba whatever NUMBA_CACHE_DIR says, keyed
+# by the zip's mtime: an executor's copy of a --py-files zip would recompile in every application.
+# A copy of the source, rewritten only when it changes, caches in _CACHE and stays valid.
+if not Path(__file__).is_file() and __name__ == "storelib.kernel":
     import importlib.util
 
     _copy = (_CACHE or Path(tempfile.gettempdir())) / "storelib_kernel_src" / "kernel.py"
@@ -60,8 +61,12 @@ if not Path(__file__).is_file() and __name__ == "storelib.kernel":  # imported f
     _spec.loader.exec_module(_module)
     globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
 else:
+    import numba
     import numpy as np
     from numba import njit
+
+    if _CACHE is not None:
+        numba.config.CACHE_DIR = str(_CACHE)
 
     MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
     MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB
@@ -437,13 +442,13 @@ else:
         return np.ascontiguousarray(values, dtype=np.int64)
 
     def warm_up() -> None:
-        """Compile (or load from the cache) every kernel function on tiny inputs."""
-        a = np.zeros(64, np.uint8)
+        """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
+        a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
         walk(a, 0, 64, np.zeros(4, np.int64), 0, 1)
         decode(a, z, True)
         intern_runs(a, z, z)
-        find_properties(a, z, z, np.zeros(1, np.uint8), np.ones(1, np.int64))
+        find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))
         hash_utf8_runs(a, z, z)
         hash_utf16_runs(np.zeros(1, np.uint16), z)
         key_runs(a, z, z, z, z, np.zeros(1, np.bool_))
