@@ -59,7 +59,7 @@ if not Path(__file__).is_file() and __name__ == "storelib.kernel":
     _module = importlib.util.module_from_spec(_spec)
     sys.modules["storelib._kernel_file"] = _module
     _spec.loader.exec_module(_module)
-    globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
+    globals().update({k: v for k, v in vars(_module).items() if not k.startswith("_")})
 else:
     import numba
     import numpy as np
