@@ -223,10 +223,10 @@ else:
             h = (h ^ np.uint64(a[k])) * np.uint64(0x100000001B3)
         return h
 
-    @njit(cache=True)
-    def _same(a, s1, s2, length):
-        for k in range(length):  # noqa: SIM110 - numba compiles loops, not generators
-            if a[s1 + k] != a[s2 + k]:
+    @njit(cache=True, inline="always")
+    def _same_bytes(a, at, b, bt, length):
+        for c in range(length):  # noqa: SIM110 - numba compiles loops, not generators
+            if a[at + c] != b[bt + c]:
                 return False
         return True
 
@@ -243,13 +243,13 @@ else:
         prev = -1
         for i in range(n):
             s, m = start[i], length[i]
-            if prev >= 0 and length[first[prev]] == m and _same(a, start[first[prev]], s, m):
+            if prev >= 0 and length[first[prev]] == m and _same_bytes(a, start[first[prev]], a, s, m):
                 code[i] = prev
                 continue
             slot = np.int64(_fnv(a, s, m) & np.uint64(size - 1))
             while table[slot] >= 0:
                 c = table[slot]
-                if length[first[c]] == m and _same(a, start[first[c]], s, m):
+                if length[first[c]] == m and _same_bytes(a, start[first[c]], a, s, m):
                     break
                 slot = (slot + 1) & (size - 1)
             if table[slot] < 0:
@@ -281,30 +281,27 @@ else:
         vs = np.full((k, n), -1, np.int64)
         vl = np.zeros((k, n), np.int64)
         for i in range(n):
-            end = start[i] + length[i]
-            piece = start[i]
-            eq = -1
-            for p in range(start[i], end + 1):
-                b = a[p] if p < end else PROPERTY_SEPARATOR
-                if b == NAME_VALUE_SEPARATOR and eq < 0:
-                    eq = p
-                elif b == PROPERTY_SEPARATOR:
-                    if eq > piece and eq < p - 1:
-                        lo = 0
-                        for j in range(k):
-                            hi = name_end[j]
-                            if eq - piece == hi - lo:
-                                match = True
-                                for c in range(hi - lo):
-                                    if a[piece + c] != names[lo + c]:
-                                        match = False
-                                        break
-                                if match:
-                                    vs[j, i] = eq + 1
-                                    vl[j, i] = p - eq - 1
-                            lo = hi
-                    piece = p + 1
-                    eq = -1
+            p = start[i]
+            end = p + length[i]
+            while p < end:  # one piece per turn
+                piece = p
+                while p < end and a[p] != NAME_VALUE_SEPARATOR and a[p] != PROPERTY_SEPARATOR:
+                    p += 1
+                if p == end or a[p] == PROPERTY_SEPARATOR:  # no name/value separator: not a property
+                    p += 1
+                    continue
+                eq = p
+                p += 1
+                while p < end and a[p] != PROPERTY_SEPARATOR:
+                    p += 1
+                if eq > piece and p > eq + 1:
+                    lo = 0
+                    for j in range(k):
+                        if name_end[j] - lo == eq - piece and _same_bytes(a, piece, names, lo, eq - piece):
+                            vs[j, i] = eq + 1
+                            vl[j, i] = p - eq - 1
+                        lo = name_end[j]
+                p += 1
         return vs, vl
 
     @njit(cache=True, inline="always")
