@@ -167,7 +167,8 @@ class Preset:
 
 
 def _one_key_spec(body: int) -> GeneratorSpec:
-    """Sends with a ``body``-byte body, one tag, one key and a UNIQ_KEY; 4 topics x 8 queues, 1 GiB of commitlog."""
+    """Plain sends (no delays, no transactions) with a ``body``-byte body, one tag, one key and a UNIQ_KEY;
+    4 topics x 8 queues, 1 GiB of commitlog."""
     return GeneratorSpec(
         messages=None,
         target_bytes=1 << 30,
@@ -177,6 +178,9 @@ def _one_key_spec(body: int) -> GeneratorSpec:
         keyed_fraction=1.0,
         tagged_fraction=1.0,
         uniq_key_fraction=1.0,
+        delay_fraction=0.0,
+        transaction_fraction=0.0,
+        legacy_transaction_fraction=0.0,
     )
 
 
