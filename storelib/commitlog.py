@@ -519,61 +519,49 @@ class SegmentScanner:
             return len(piece)
 
     def _decode(self, a: np.ndarray, buf_pos: int, p: np.ndarray) -> Iterator[RecordBatch]:
-        i32, i64, var, crcs = kernel.decode(a, p, self.check_crc)
-        total, implied = i32[:, 0], var[:, 4]
-        ok = implied == total
+        f = dict(zip(kernel.DECODED, kernel.decode(a, p, self.check_crc)))
+        ok = f["implied_size"] == f["total_size"]
         if not ok.all():
             for i in np.flatnonzero(~ok).tolist():
-                sum_text = f"add up to {implied[i]}" if implied[i] >= 0 else "are negative or run past the record"
+                implied = f["implied_size"][i]
+                sum_text = f"add up to {implied}" if implied >= 0 else "are negative or run past the record"
                 self.damage.append(
                     RecordDamage(
                         self.file,
                         DAMAGE_LENGTH,
                         self.base + buf_pos + int(p[i]),
-                        f"TOTALSIZE {int(total[i])} but the fields {sum_text}",
+                        f"TOTALSIZE {f['total_size'][i]} but the fields {sum_text}",
                     )
                 )
-            p, i32, i64, var, crcs, total = p[ok], i32[ok], i64[ok], var[ok], crcs[ok], total[ok]
+            p, f = p[ok], {k: v[ok] for k, v in f.items()}
         if len(p) == 0:
             return
-        crc = i32[:, 1]
         crc_ok = np.ones(len(p), dtype=bool)
         if self.check_crc:
-            crc_ok = crcs == crc
+            crc_ok = f["computed_crc"] == f["body_crc"]
             for i in np.flatnonzero(~crc_ok).tolist():
                 self.damage.append(
                     RecordDamage(
                         self.file,
                         DAMAGE_CRC,
                         self.base + buf_pos + int(p[i]),
-                        f"BODYCRC {int(crc[i])} stored, {int(crcs[i])} computed",
+                        f"BODYCRC {f['body_crc'][i]} stored, {f['computed_crc'][i]} computed",
                     )
                 )
-        topic_start, topic_len = var[:, 0].copy(), var[:, 1].copy()
-        topic_code, first = kernel.intern_runs(a, topic_start, topic_len)
+        topic_code, first = kernel.intern_runs(a, f["topic_start"], f["topic_len"])
+        starts, lengths = f["topic_start"][first].tolist(), f["topic_len"][first].tolist()
         self.messages += len(p)
-        self.last_store_timestamp = int(i64[-1, 3])
+        self.last_store_timestamp = int(f["store_timestamp"][-1])
         yield RecordBatch(
             physical_offset=self.base + buf_pos + p,
-            total_size=total.copy(),
-            body_crc=crc.copy(),
-            queue_id=i32[:, 2].copy(),
-            flag=i32[:, 3].copy(),
-            queue_offset=i64[:, 0].copy(),
-            stored_physical_offset=i64[:, 1].copy(),
-            sys_flag=i32[:, 4].copy(),
-            born_timestamp=i64[:, 2].copy(),
-            store_timestamp=i64[:, 3].copy(),
-            reconsume_times=i32[:, 5].copy(),
-            prepared_transaction_offset=i64[:, 4].copy(),
-            body_length=i32[:, 6].copy(),
+            **{name: f[name] for name in kernel.DECODED[:12]},
             crc_ok=crc_ok,
             topic_code=topic_code,
-            topic_names=[a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in var[first, :2].tolist()],
+            topic_names=[a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in zip(starts, lengths)],
             buf=a,
-            topic_start=topic_start,
-            props_start=var[:, 2].copy(),
-            props_len=var[:, 3].copy(),
+            topic_start=f["topic_start"],
+            props_start=f["props_start"],
+            props_len=f["props_len"],
         )
 
 

@@ -154,67 +154,64 @@ else:
             rel += total
         return count, rel
 
+    #: what ``decode`` returns, in order: RecordBatch's field names, then the TOTALSIZE the fields add up to
+    #: (-1 where a length field is negative or points past the record) and the computed BODYCRC
+    DECODED = (
+        "total_size", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length",
+        "queue_offset", "stored_physical_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset",
+        "topic_start", "topic_len", "props_start", "props_len", "implied_size", "computed_crc",
+    )  # fmt: skip
+
     @njit(cache=True)
     def decode(a, pos, check_crc):
-        """Fixed fields and variable-part positions of the records at ``pos``; ``implied`` is the TOTALSIZE
-        the fields add up to (-1 where a length field is negative or points past the record)."""
+        """Every field of the records at ``pos``, one array per name of ``DECODED``."""
         n = len(pos)
-        i32 = np.empty((n, 7), np.int32)  # TOTALSIZE, BODYCRC, QUEUEID, FLAG, SYSFLAG, RECONSUMETIMES, BODYLENGTH
-        i64 = np.empty((n, 5), np.int64)  # QUEUEOFFSET, PHYSICALOFFSET, BORNTIMESTAMP, STORETIMESTAMP, PREPARED
-        var = np.zeros((n, 5), np.int64)  # topic start, topic length, props start, props length, implied size
-        crc = np.zeros(n, np.int64)
+        i32 = np.zeros((7, n), np.int32)
+        total, crc, qid, flag, sys_flag, reconsume, body_len = i32[0], i32[1], i32[2], i32[3], i32[4], i32[5], i32[6]
+        i64 = np.zeros((10, n), np.int64)
+        qoff, phys, born_ts, store_ts, prepared = i64[0], i64[1], i64[2], i64[3], i64[4]
+        topic_start, topic_len, props_start, props_len, computed = i64[5], i64[6], i64[7], i64[8], i64[9]
+        implied = np.full(n, -1, np.int64)
         for i in range(n):
             p = pos[i]
-            total = _i32(a, p)
-            sys_flag = _i32(a, p + 36)
-            i32[i, 0] = total
-            i32[i, 1] = _i32(a, p + 8)
-            i32[i, 2] = _i32(a, p + 12)
-            i32[i, 3] = _i32(a, p + 16)
-            i32[i, 4] = sys_flag
-            i64[i, 0] = _i64(a, p + 20)
-            i64[i, 1] = _i64(a, p + 28)
-            i64[i, 2] = _i64(a, p + 40)
-            end = p + total
-            q = p + 48 + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
-            var[i, 4] = -1
-            i32[i, 5] = 0
-            i32[i, 6] = 0
-            i64[i, 3] = 0
-            i64[i, 4] = 0
-            store_len = 20 if sys_flag & FLAG_STOREHOST_V6 else 8
+            size = _i32(a, p)
+            flags = _i32(a, p + 36)
+            total[i], sys_flag[i] = size, flags
+            crc[i], qid[i], flag[i] = _i32(a, p + 8), _i32(a, p + 12), _i32(a, p + 16)
+            qoff[i], phys[i], born_ts[i] = _i64(a, p + 20), _i64(a, p + 28), _i64(a, p + 40)
+            end = p + size
+            q = p + 48 + (20 if flags & FLAG_BORNHOST_V6 else 8)
+            store_len = 20 if flags & FLAG_STOREHOST_V6 else 8
             if q + 8 + store_len + 16 > end:
                 continue
-            i64[i, 3] = _i64(a, q)
+            store_ts[i] = _i64(a, q)
             q += 8 + store_len
-            i32[i, 5] = _i32(a, q)
-            i64[i, 4] = _i64(a, q + 4)
-            body_len = _i32(a, q + 12)
-            i32[i, 6] = body_len
+            reconsume[i], prepared[i] = _i32(a, q), _i64(a, q + 4)
             body = q + 16
-            q = body + body_len
-            if body_len < 0 or q + 2 > end:
+            body_len[i] = _i32(a, q + 12)
+            q = body + body_len[i]
+            if body_len[i] < 0 or q + 2 > end:
                 continue
             if _i32(a, p + 4) == MESSAGE_MAGIC_CODE_V2:
-                topic_len = _i16(a, q)
+                topic_len[i] = _i16(a, q)
                 q += 2
             else:
-                topic_len = np.int64(np.int8(a[q]))
+                topic_len[i] = np.int8(a[q])
                 q += 1
-            var[i, 0] = q
-            var[i, 1] = topic_len
-            q += topic_len
-            if topic_len < 0 or q + 2 > end:
+            topic_start[i] = q
+            q += topic_len[i]
+            if topic_len[i] < 0 or q + 2 > end:
                 continue
-            props_len = _i16(a, q)
-            var[i, 2] = q + 2
-            var[i, 3] = props_len
-            if props_len < 0:
+            props_start[i], props_len[i] = q + 2, _i16(a, q)
+            if props_len[i] < 0:
                 continue
-            var[i, 4] = q + 2 + props_len - p
-            if check_crc and var[i, 4] == total:
-                crc[i] = crc32(a, body, body_len) & 0x7FFFFFFF
-        return i32, i64, var, crc
+            implied[i] = q + 2 + props_len[i] - p
+            if check_crc and implied[i] == size:
+                computed[i] = crc32(a, body, body_len[i]) & 0x7FFFFFFF
+        return (
+            total, crc, qid, flag, sys_flag, reconsume, body_len, qoff, phys, born_ts, store_ts, prepared,
+            topic_start, topic_len, props_start, props_len, implied, computed,
+        )  # fmt: skip
 
     @njit(cache=True)
     def _fnv(a, start, length):
