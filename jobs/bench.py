@@ -168,11 +168,13 @@ def main() -> int:
     p.add_argument("--dir", required=True, help="cache directory for the generated stores")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--generate-only", action="store_true", help="generate the stores and stop")
+    p.add_argument("--stores", default=",".join(s.name for s in STORES), help="comma-separated store names")
     args = p.parse_args()
 
     root = Path(args.dir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    stores = {s.name: (s, *ensure_store(root, s)) for s in STORES}
+    chosen = args.stores.split(",")
+    stores = {s.name: (s, *ensure_store(root, s)) for s in STORES if s.name in chosen}
     if args.generate_only:
         return 0
     bare, _ = python(BARE_SPARK)
@@ -204,11 +206,13 @@ def print_table(rows: dict[str, dict], bare: float) -> None:
         f"{'marginal msgs/s':>16} {'task us/rec':>11} {'task peak':>9}"
     )
     for store in STORES:
-        r = rows[store.name]
+        r = rows.get(store.name)
+        if r is None:
+            continue
         marginal = ""
         # a task's fixed costs (opening files, the scratch file) swamp a few thousand records
         per_record = f"{r['us_per_record']:.2f}" if r["messages"] >= 100_000 else "-"
-        if store.empty_twin:
+        if store.empty_twin in rows:
             small = rows[store.empty_twin]
             dt = r["process_s"] - small["process_s"]
             marginal = f"{(r['messages'] - small['messages']) / dt:,.0f}" if dt > 0 else "n/a"
