@@ -1,11 +1,13 @@
-"""``make bench``: rebuild speed on big generated stores, as a ratio to raw sequential reading.
+"""``make bench``: the rebuild's marginal rate, whole processes, against a nearly empty store of the same shape.
 
-Generates (once, cached under ``--dir``, outside the repository) a store of ~1 KiB messages
-and one of ~128-byte messages, 4 topics x 8 queues, 1 GiB segments, plus a copy of the
-1 KiB workload with 256 MiB segments to show that a Python worker's peak memory does not
-grow with the segment size. Then, in one run: reads each commitlog sequentially (the
-baseline), rebuilds it with Spark on ``local[2]``, and prints messages/s, MB/s and the
-ratio rebuild/raw-read. Spark's start-up is timed separately.
+Generates once, under ``--dir`` (outside the repository): 2 GiB of ~700-byte records (512-byte bodies,
+one tag, one key + UNIQ_KEY, broker defaults, 1 GiB segments), the same shape nearly empty (one 1 GiB
+segment of ~1,600 records), 2 GiB of ~320-byte records (and its nearly empty twin), and a ~14 MB store
+of 64 KiB segments (the 4.9.8 sample's shape). In one run it times, each as a new process: a bare Spark
+session (start, one trivial job, stop), ``rmqstore rebuild ... --master local[2]`` of every store, the
+compiled kernel's cold compile and warm load, and one parse task alone (its peak RSS and its
+microseconds per record on one core); plus a raw sequential read of each commitlog. The marginal rate
+(n_big - n_small) / (t_big - t_small) takes Spark's start-up and every fixed cost out.
 """
 
 from __future__ import annotations
@@ -16,14 +18,19 @@ if __package__ in (None, ""):
 import argparse
 import dataclasses
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from storelib.config import BrokerConfig, broker_config_from_properties
+from storelib.config import broker_config_from_properties
 from storelib.generate import PRESETS, generate_store
 
 READ_CHUNK = 8 << 20  # the scanner's chunk size too
+GIB = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,29 +38,38 @@ class BenchStore:
     name: str
     preset: str
     segment_size: int
+    target_bytes: int | None  # None: ``messages`` records
+    messages: int | None = None
+    empty_twin: str = ""  # the nearly empty store of the same shape (marginal rate)
 
 
 STORES = (
-    BenchStore("1k", "bench-1k", 1 << 30),
-    BenchStore("128", "bench-128", 1 << 30),
-    BenchStore("1k-256m", "bench-1k", 256 << 20),
+    BenchStore("723-empty", "bench-723", GIB, None, 1600),
+    BenchStore("723", "bench-723", GIB, 2 * GIB, empty_twin="723-empty"),
+    BenchStore("320-empty", "bench-320", GIB, None, 1600),
+    BenchStore("320", "bench-320", GIB, 2 * GIB, empty_twin="320-empty"),
+    BenchStore("sample", "bench-sample", 64 << 10, 14_000_000),
 )
 
 
-def ensure_store(root: Path, store: BenchStore, size: int) -> tuple[Path, BrokerConfig]:
-    """The cached store, generated on first use (a marker file says it is complete)."""
+def ensure_store(root: Path, store: BenchStore) -> tuple[Path, Path]:
+    """The cached store and its broker.conf, generated when missing or made from other settings (a marker file
+    written last says what it was made from)."""
     preset = PRESETS[store.preset]
-    cfg = broker_config_from_properties({**preset.broker, "mappedFileSizeCommitLog": str(store.segment_size)})
-    path = root / f"{store.name}-{size >> 20}m"
+    broker = {**preset.broker, "mappedFileSizeCommitLog": str(store.segment_size)}
+    spec = dataclasses.replace(preset.spec, target_bytes=store.target_bytes, messages=store.messages)
+    made_from = {"spec": dataclasses.asdict(spec), "broker": broker}
+    path = root / store.name
+    conf = root / f"{store.name}.conf"
     marker = path / "GENERATED.json"
-    if not marker.is_file():
+    if not marker.is_file() or json.loads(marker.read_text()).get("made_from") != json.loads(json.dumps(made_from)):
         shutil.rmtree(path, ignore_errors=True)
-        spec = dataclasses.replace(preset.spec, target_bytes=size, topics=4, queues_per_topic=8)
-        print(f"generating {path} ({size >> 20} MiB, {store.preset}, segments of {store.segment_size >> 20} MiB)")
-        summary = generate_store(path, spec, cfg)
-        marker.write_text(json.dumps(summary.to_dict()))
-        print(f"  {summary.messages:,} messages in {summary.seconds:.0f} s")
-    return path, cfg
+        print(f"generating {path} ({store.preset}, segments of {store.segment_size >> 10} KiB)", flush=True)
+        summary = generate_store(path, spec, broker_config_from_properties(broker))
+        conf.write_text("".join(f"{k}={v}\n" for k, v in broker.items()))
+        marker.write_text(json.dumps({"made_from": made_from, "summary": summary.to_dict()}))
+        print(f"  {summary.messages:,} messages, {summary.bytes:,} bytes in {summary.seconds:.0f} s", flush=True)
+    return path, conf
 
 
 def raw_read(path: Path) -> tuple[float, int]:
@@ -67,67 +83,146 @@ def raw_read(path: Path) -> tuple[float, int]:
     return time.monotonic() - t0, total
 
 
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall seconds of a whole process and its stdout; a failure stops the bench."""
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return seconds, proc.stdout
+
+
+BARE_SPARK = """
+from jobs.session import spark_session
+spark, _ = spark_session("rmqstore-bare", "local[2]")
+spark.range(2).count()
+spark.stop()
+"""
+
+KERNEL_LOAD = """
+import time
+t0 = time.monotonic()
+from storelib import kernel
+t1 = time.monotonic()
+kernel.warm_up()
+print(t1 - t0, time.monotonic() - t1)
+"""
+
+PARSE_TASK = """
+import json, sys, tempfile, time
+from storelib.config import broker_config_from_properties
+from storelib.segments import Segment
+from udfs.parse import parse_segment, summary_path
+from storelib import kernel
+kernel.warm_up()
+seg, start, size, conf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+props = dict(line.split("=", 1) for line in open(conf).read().split())
+cfg = broker_config_from_properties(props)
+t0 = time.process_time()
+with tempfile.TemporaryDirectory() as scratch:
+    name = seg.rsplit("/", 1)[1]
+    for _ in parse_segment(Segment("file://" + seg, name, start, size), cfg, "dispatch", scratch):
+        pass
+    row = json.load(open(summary_path(scratch, name)))
+print(json.dumps({"cpu_s": time.process_time() - t0, "messages": row["messages"], "peak": row["worker_peak_rss"]}))
+"""
+
+
+def python(code: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, str]:
+    return timed([sys.executable, "-c", code, *args], env)
+
+
+def kernel_times() -> dict[str, float]:
+    """Import and compile/load seconds of the kernel: cold (empty numba cache), then warm (a new process)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        _, cold = python(KERNEL_LOAD, env=env)
+        _, warm = python(KERNEL_LOAD, env=env)
+    (cold_import, cold_compile), (warm_import, warm_load) = (map(float, out.split()) for out in (cold, warm))
+    return {"cold_compile_s": cold_import + cold_compile, "warm_load_s": warm_import + warm_load}
+
+
+def parse_task(path: Path, conf: Path) -> dict[str, float]:
+    """One parse task alone (no Spark) on the store's first segment: CPU µs per record and peak RSS."""
+    seg = sorted((path / "commitlog").iterdir())[0]
+    size = int(dict(line.split("=", 1) for line in conf.read_text().split())["mappedFileSizeCommitLog"])
+    _, out = python(PARSE_TASK, str(seg), str(int(seg.name)), str(size), str(conf))
+    r = json.loads(out)
+    return {"us_per_record": 1e6 * r["cpu_s"] / max(r["messages"], 1), "peak_rss_mb": r["peak"] / 1e6}
+
+
+def rebuild_process(root: Path, store: BenchStore, path: Path, conf: Path, master: str) -> tuple[float, dict]:
+    """Whole-process seconds of ``rmqstore rebuild`` and its rebuild.json."""
+    out = root / f"out-{store.name}"
+    shutil.rmtree(out, ignore_errors=True)
+    cli = str(Path(sys.executable).with_name("rmqstore"))
+    cmd = [cli, "rebuild", "--store", str(path), "--out", str(out), "--broker-config", str(conf), "--master", master]
+    seconds, _ = timed(cmd)
+    report = json.loads((out / "rebuild.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds, report
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True, help="cache directory for the generated stores")
-    p.add_argument("--size", type=int, default=2048, help="MiB of commitlog per store (default 2048)")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--generate-only", action="store_true", help="generate the stores and stop")
+    p.add_argument("--stores", default=",".join(s.name for s in STORES), help="comma-separated store names")
+    p.add_argument("--repeat", type=int, default=1, help="rebuild each store N times, keep the fastest")
     args = p.parse_args()
-
-    from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
-    from jobs.session import spark_session
 
     root = Path(args.dir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    stores = [
-        (s, *ensure_store(root, s, (args.size if s.segment_size == 1 << 30 else args.size // 2) << 20)) for s in STORES
-    ]
-    spark, startup = spark_session("rmqstore-bench", args.master)
-    warm = root / "warmup"
-    if not (warm / "commitlog").is_dir():
-        generate_store(warm, dataclasses.replace(PRESETS["demo"].spec, messages=2000), BrokerConfig())
-    t0 = time.monotonic()
-    rebuild(Run(spark, BrokerConfig()), str(warm), str(root / "out-warmup"))
-    shutil.rmtree(root / "out-warmup", ignore_errors=True)
-    print(
-        f"Spark session start-up: {startup:.1f} s, warm-up rebuild (Python workers start): "
-        f"{time.monotonic() - t0:.1f} s (neither counted below)"
-    )
-    rows = []
-    for store, path, cfg in stores:
+    chosen = args.stores.split(",")
+    stores = {s.name: (s, *ensure_store(root, s)) for s in STORES if s.name in chosen}
+    if args.generate_only:
+        return 0
+    bare, _ = python(BARE_SPARK)
+    kernel = kernel_times()
+    print(f"bare Spark process (start, one trivial job, stop): {bare:.1f} s", flush=True)
+    print(f"kernel: cold compile {kernel['cold_compile_s']:.1f} s, warm load {kernel['warm_load_s']:.2f} s", flush=True)
+    rows = {}
+    for name, (store, path, conf) in stores.items():
         read_s, data = raw_read(path)
-        out = root / f"out-{store.name}"
-        shutil.rmtree(out, ignore_errors=True)
-        result = rebuild(Run(spark, cfg), str(path), str(out))
-        messages = result.report["commitlog"]["messages"]
+        seconds, report = min(rebuild_process(root, store, path, conf, args.master) for _ in range(args.repeat))
         row = {
-            "store": path.name,
-            "segment_mib": store.segment_size >> 20,
-            "messages": messages,
-            "commitlog_mb": round(data / 1e6),
+            "store": name,
+            "segment_kib": store.segment_size >> 10,
+            "messages": report["commitlog"]["messages"],
+            "commitlog_mb": round(data / 1e6, 1),
             "raw_read_mb_s": round(data / read_s / 1e6),
-            "rebuild_s": round(result.seconds, 2),
-            "rebuild_mb_s": round(data / result.seconds / 1e6),
-            "rebuild_msgs_s": round(messages / result.seconds),
-            "ratio_rebuild_to_raw_read": round(read_s / result.seconds, 3),
-            "python_worker_peak_rss_mb": round(result.worker_peak_rss / 1e6),
+            "process_s": round(seconds, 2),
+            **{k: round(v, 2) for k, v in parse_task(path, conf).items()},
         }
-        rows.append(row)
-        print(json.dumps(row))
-        shutil.rmtree(out, ignore_errors=True)
-    spark.stop()
-    print(
-        f"\n{'store':>14} {'seg':>6} {'messages':>12} {'raw read':>10} {'rebuild':>10} {'msgs/s':>11} "
-        f"{'ratio':>6} {'worker peak':>11}"
-    )
-    for r in rows:
-        print(
-            f"{r['store']:>14} {r['segment_mib']:>4}Mi {r['messages']:>12,} {r['raw_read_mb_s']:>6} MB/s "
-            f"{r['rebuild_mb_s']:>5} MB/s {r['rebuild_msgs_s']:>11,} {r['ratio_rebuild_to_raw_read']:>6} "
-            f"{r['python_worker_peak_rss_mb']:>8} MB"
-        )
+        rows[name] = row
+        print(json.dumps(row), flush=True)
+    print_table(rows, bare)
     return 0
+
+
+def print_table(rows: dict[str, dict], bare: float) -> None:
+    print(
+        f"\n{'store':>10} {'messages':>11} {'MB':>7} {'raw read':>10} {'process':>8} {'- bare':>7} "
+        f"{'marginal msgs/s':>16} {'task us/rec':>11} {'task peak':>9}"
+    )
+    for store in STORES:
+        r = rows.get(store.name)
+        if r is None:
+            continue
+        marginal = ""
+        # a task's fixed costs (opening files, the scratch file) swamp a few thousand records
+        per_record = f"{r['us_per_record']:.2f}" if r["messages"] >= 100_000 else "-"
+        if store.empty_twin in rows:
+            small = rows[store.empty_twin]
+            dt = r["process_s"] - small["process_s"]
+            marginal = f"{(r['messages'] - small['messages']) / dt:,.0f}" if dt > 0 else "n/a"
+        print(
+            f"{r['store']:>10} {r['messages']:>11,} {r['commitlog_mb']:>7} {r['raw_read_mb_s']:>5} MB/s "
+            f"{r['process_s']:>7.1f}s {r['process_s'] - bare:>6.1f}s {marginal:>16} {per_record:>11} "
+            f"{r['peak_rss_mb']:>6.0f} MB"
+        )
 
 
 if __name__ == "__main__":

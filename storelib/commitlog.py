@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import ipaddress
 import struct
 import zlib
@@ -23,6 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from storelib import kernel
 from storelib.constants import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -360,17 +362,6 @@ class RecordBatch:
         ]
 
 
-def _field(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """The big-endian integer at byte ``at`` of every row of a (records, bytes) matrix."""
-    width = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(rows[:, at : at + width]).view(dtype).ravel()
-
-
-def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """Big-endian integers of ``width`` bytes at each position of ``a``."""
-    return a[pos[:, None] + np.arange(width)].view(dtype).ravel()
-
-
 class SegmentScanner:
     """Walk one commitlog segment with bounded memory, yielding RecordBatch objects.
 
@@ -406,11 +397,12 @@ class SegmentScanner:
         self.last_store_timestamp = 0
 
     def __iter__(self) -> Iterator[RecordBatch]:
-        buf = b""
+        buf = np.zeros(0, dtype=np.uint8)
         buf_pos = 0  # file position of buf[0]
         pos = 0  # file position of the next record
         size = self.file_size
-        positions: list[int] = []
+        positions = np.empty(self.batch_records, dtype=np.int64)  # of records in buf, relative to buf_pos
+        count = 0
         while True:
             left = size - pos
             if left == 0:
@@ -419,9 +411,9 @@ class SegmentScanner:
             # make sure the record header (8 bytes, or what is left) is in buf
             need = min(8, left)
             if pos + need > buf_pos + len(buf):
-                if positions:
-                    yield from self._decode(buf, buf_pos, positions)
-                    positions = []
+                if count:
+                    yield from self._decode(buf, buf_pos, positions[:count])
+                    positions, count = np.empty(self.batch_records, dtype=np.int64), 0
                 buf, buf_pos = self._refill(buf, buf_pos, pos, need)
                 if pos + need > buf_pos + len(buf):
                     self.end = SegmentEnd(
@@ -431,29 +423,21 @@ class SegmentScanner:
                         f"file ends {size - (buf_pos + len(buf))} bytes short of its size",
                     )
                     break
-            rel = pos - buf_pos
-            # fast path: whole message records already in buf, one tight loop
-            limit, stop, cap = len(buf) - 8, min(len(buf), size - buf_pos), self.batch_records
-            append, unpack = positions.append, _II.unpack_from
-            while rel <= limit and len(positions) < cap:
-                total, magic = unpack(buf, rel)
-                if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < MIN_RECORD_SIZE:
-                    break
-                if rel + total > stop:
-                    break
-                append(rel)
-                rel += total
-            if len(positions) >= cap:
+            # fast path: whole message records already in buf, walked by the kernel
+            count, rel = kernel.walk(
+                buf, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE
+            )
+            if count == len(positions):
                 pos = buf_pos + rel
                 yield from self._decode(buf, buf_pos, positions)
-                positions = []
+                positions, count = np.empty(self.batch_records, dtype=np.int64), 0
                 continue
             if pos != buf_pos + rel:
                 pos = buf_pos + rel
                 continue
             left = size - pos
             if left < 8:
-                if any(buf[rel:]):
+                if buf[rel:].any():
                     self.end = SegmentEnd(self.file, END_TORN, self.base + pos, f"{left} stray bytes at the end")
                 else:
                     self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
@@ -476,19 +460,14 @@ class SegmentScanner:
                         f"TOTALSIZE {total} runs {total - left} bytes past the end of the segment",
                     )
                     break
+                # the record straddles the end of buf: read on, then the fast path takes it
+                if count:
+                    yield from self._decode(buf, buf_pos, positions[:count])
+                    positions, count = np.empty(self.batch_records, dtype=np.int64), 0
+                buf, buf_pos = self._refill(buf, buf_pos, pos, total)
                 if pos + total > buf_pos + len(buf):
-                    if positions:
-                        yield from self._decode(buf, buf_pos, positions)
-                        positions = []
-                    buf, buf_pos = self._refill(buf, buf_pos, pos, total)
-                    if pos + total > buf_pos + len(buf):
-                        self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
-                        break
-                positions.append(pos - buf_pos)
-                if len(positions) >= self.batch_records:
-                    yield from self._decode(buf, buf_pos, positions)
-                    positions = []
-                pos += total
+                    self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
+                    break
             elif magic == BLANK_MAGIC_CODE:
                 if total != left:
                     self.end = SegmentEnd(
@@ -511,148 +490,78 @@ class SegmentScanner:
                     f"magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})",
                 )
                 break
-        if positions:
-            yield from self._decode(buf, buf_pos, positions)
+        if count:
+            yield from self._decode(buf, buf_pos, positions[:count])
 
-    def _refill(self, buf: bytes, buf_pos: int, pos: int, need: int) -> tuple[bytes, int]:
-        """Drop what is before ``pos`` and read until ``need`` bytes from ``pos`` are in hand."""
-        keep = buf[pos - buf_pos :] if pos - buf_pos < len(buf) else b""
-        parts = [keep]
+    def _refill(self, buf: np.ndarray, buf_pos: int, pos: int, need: int) -> tuple[np.ndarray, int]:
+        """A new buffer from ``pos``: what buf holds from there, then reads until ``need`` bytes (at least a
+        chunk) are in hand or the stream ends. Read straight into it (``readinto``): no copy of the chunk."""
+        keep = buf[pos - buf_pos :]
+        new = np.empty(max(need, self.chunk_size, len(keep)), dtype=np.uint8)
+        new[: len(keep)] = keep
         have = len(keep)
-        want = max(need, self.chunk_size)
-        while have < want:
-            piece = self.stream.read(want - have)
-            if not piece:
+        view = memoryview(new)
+        while have < len(new):
+            got = self._read_into(view[have:])
+            if not got:
                 break
-            parts.append(piece)
-            have += len(piece)
-        return b"".join(parts), pos
+            have += got
+        return new[:have], pos
 
-    def _decode(self, buf: bytes, buf_pos: int, positions: list[int]) -> Iterator[RecordBatch]:
-        a = np.frombuffer(buf, dtype=np.uint8)
-        p = np.asarray(positions, dtype=np.int64)
-        head = a[p[:, None] + np.arange(OFF_BORNHOST)]  # every fixed field before BORNHOST, one gather
-        total = _field(head, OFF_TOTALSIZE, ">i4")
-        magic = _field(head, OFF_MAGIC, ">i4")
-        sys_flag = _field(head, OFF_SYSFLAG, ">i4")
-        born_len = np.where(sys_flag & FLAG_BORNHOST_V6, 20, 8)
-        store_len = np.where(sys_flag & FLAG_STOREHOST_V6, 20, 8)
-        off_store_ts = p + OFF_BORNHOST + born_len
-        off_reconsume = off_store_ts + 8 + store_len
-        off_body_len = off_reconsume + 12
-        end = p + total
-        # guard every read past the IPv4 minimum: IPv6 flags on a short record must not index past it
-        sane = off_body_len + 4 <= end
-        body_len = _gather(a, np.where(sane, off_body_len, p), 4, ">i4").astype(np.int64)
-        v2 = magic == MESSAGE_MAGIC_CODE_V2
-        off_topic_len = off_body_len + 4 + body_len
-        # guard reads of the variable part: a bad BODYLENGTH must not index past the record
-        sane &= (body_len >= 0) & (off_topic_len + 2 <= end)
-        safe_topic_len_pos = np.where(sane, off_topic_len, p)
-        topic_len = np.where(
-            v2,
-            _gather(a, safe_topic_len_pos, 2, ">i2").astype(np.int64),
-            _gather(a, safe_topic_len_pos, 1, "i1").astype(np.int64),
-        )
-        off_topic = off_topic_len + np.where(v2, 2, 1)
-        off_props_len = off_topic + topic_len
-        sane &= (topic_len >= 0) & (off_props_len + 2 <= end)
-        props_len = _gather(a, np.where(sane, off_props_len, p), 2, ">i2").astype(np.int64)
-        implied = off_props_len + 2 + props_len - p
-        ok = sane & (props_len >= 0) & (implied == total)
+    def _read_into(self, view: memoryview) -> int:
+        """``readinto`` where the stream has it (files, pyarrow streams); a copy of ``read`` where not."""
+        try:
+            return self.stream.readinto(view) or 0
+        except (AttributeError, NotImplementedError, io.UnsupportedOperation):
+            piece = self.stream.read(len(view))
+            view[: len(piece)] = piece
+            return len(piece)
+
+    def _decode(self, a: np.ndarray, buf_pos: int, p: np.ndarray) -> Iterator[RecordBatch]:
+        f = dict(zip(kernel.DECODED, kernel.decode(a, p, self.check_crc)))
+        ok = f["implied_size"] == f["total_size"]
         if not ok.all():
-            for i in np.flatnonzero(~ok):
+            for i in np.flatnonzero(~ok).tolist():
+                implied = f["implied_size"][i]
+                sum_text = f"add up to {implied}" if implied >= 0 else "are negative or run past the record"
                 self.damage.append(
                     RecordDamage(
                         self.file,
                         DAMAGE_LENGTH,
                         self.base + buf_pos + int(p[i]),
-                        f"TOTALSIZE {int(total[i])} but the fields add up to {int(implied[i])}",
+                        f"TOTALSIZE {f['total_size'][i]} but the fields {sum_text}",
                     )
                 )
-            keep = np.flatnonzero(ok)
-            p, head, total, sys_flag, body_len = p[keep], head[keep], total[keep], sys_flag[keep], body_len[keep]
-            off_store_ts, off_reconsume, off_body_len = off_store_ts[keep], off_reconsume[keep], off_body_len[keep]
-            off_topic, topic_len, off_props_len, props_len = (
-                off_topic[keep],
-                topic_len[keep],
-                off_props_len[keep],
-                props_len[keep],
-            )
+            p, f = p[ok], {k: v[ok] for k, v in f.items()}
         if len(p) == 0:
             return
-        crc = _field(head, OFF_BODYCRC, ">i4")
-        body_start = off_body_len + 4
         crc_ok = np.ones(len(p), dtype=bool)
         if self.check_crc:
-            mv = memoryview(buf)
-            crcs = np.fromiter(
-                (zlib.crc32(mv[s : s + n]) for s, n in zip(body_start.tolist(), body_len.tolist())),
-                dtype=np.int64,
-                count=len(p),
-            )
-            crc_ok = (crcs & 0x7FFFFFFF) == crc
-            for i in np.flatnonzero(~crc_ok):
+            crc_ok = f["computed_crc"] == f["body_crc"]
+            for i in np.flatnonzero(~crc_ok).tolist():
                 self.damage.append(
                     RecordDamage(
                         self.file,
                         DAMAGE_CRC,
                         self.base + buf_pos + int(p[i]),
-                        f"BODYCRC {int(crc[i])} stored, {int(crcs[i]) & 0x7FFFFFFF} computed",
+                        f"BODYCRC {f['body_crc'][i]} stored, {f['computed_crc'][i]} computed",
                     )
                 )
-        store_ts = _gather(a, off_store_ts, 8, ">i8")
-        tail = a[off_reconsume[:, None] + np.arange(12)]  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET
-        topic_code, topic_names = _topics(a, off_topic, topic_len)
+        topic_code, first = kernel.intern_runs(a, f["topic_start"], f["topic_len"])
+        starts, lengths = f["topic_start"][first].tolist(), f["topic_len"][first].tolist()
         self.messages += len(p)
-        self.last_store_timestamp = int(store_ts[-1])
+        self.last_store_timestamp = int(f["store_timestamp"][-1])
         yield RecordBatch(
             physical_offset=self.base + buf_pos + p,
-            total_size=total.astype(np.int32),
-            body_crc=crc.astype(np.int32),
-            queue_id=_field(head, OFF_QUEUEID, ">i4").astype(np.int32),
-            flag=_field(head, OFF_FLAG, ">i4").astype(np.int32),
-            queue_offset=_field(head, OFF_QUEUEOFFSET, ">i8").astype(np.int64),
-            stored_physical_offset=_field(head, OFF_PHYSICALOFFSET, ">i8").astype(np.int64),
-            sys_flag=sys_flag.astype(np.int32),
-            born_timestamp=_field(head, OFF_BORNTIMESTAMP, ">i8").astype(np.int64),
-            store_timestamp=store_ts.astype(np.int64),
-            reconsume_times=_field(tail, 0, ">i4").astype(np.int32),
-            prepared_transaction_offset=_field(tail, 4, ">i8").astype(np.int64),
-            body_length=body_len.astype(np.int32),
+            **{name: f[name] for name in kernel.DECODED[:12]},
             crc_ok=crc_ok,
             topic_code=topic_code,
-            topic_names=topic_names,
+            topic_names=[a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in zip(starts, lengths)],
             buf=a,
-            topic_start=off_topic,
-            props_start=off_props_len + 2,
-            props_len=props_len,
+            topic_start=f["topic_start"],
+            props_start=f["props_start"],
+            props_len=f["props_len"],
         )
-
-
-def _topics(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Each record's topic as a code into the distinct topics, each decoded once.
-
-    Records are grouped by a 64-bit fingerprint of their topic bytes; a fingerprint
-    collision (two different topics) is detected and resolved by exact comparison.
-    """
-    width = int(length.max()) if len(length) else 0
-    words = -(-(width + 2) // 8)
-    cols = np.arange(width)
-    mask = cols < length[:, None]
-    mat = np.zeros((len(start), words * 8), dtype=np.uint8)
-    mat[:, :width][mask] = a[(start[:, None] + cols)[mask]]
-    mat[:, width : width + 2] = length.astype(">u2").view(np.uint8).reshape(-1, 2)
-    w = mat.view(np.uint64)
-    fp = np.zeros(len(start), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(words):
-            fp = (fp ^ w[:, j]) * np.uint64(0x100000001B3)
-    _, first, code = np.unique(fp, return_index=True, return_inverse=True)
-    if not (w == w[first[code]]).all():
-        _, first, code = np.unique(mat, axis=0, return_index=True, return_inverse=True)
-    names = [a[start[i] : start[i] + length[i]].tobytes().decode("utf-8", "replace") for i in first.tolist()]
-    return code.ravel().astype(np.int32), names
 
 
 def find_properties(
@@ -660,60 +569,12 @@ def find_properties(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Value (start, length) in ``a`` of each named property of each record, start -1 when absent.
 
-    ``string2messageProperties`` without a per-record loop: pieces split by ``\\x02``, the
-    first ``\\x01`` of a piece ends its name; pieces with an empty name or an empty value
-    are skipped and a later duplicate wins. ``start`` must be ascending (record order).
+    ``string2messageProperties`` over the bytes: pieces split by ``\\x02``, the first ``\\x01`` of
+    a piece ends its name; pieces with an empty name or an empty value are skipped and a later
+    duplicate wins.
     """
-    n = len(start)
-    end = start + length
-    out = {name: (np.full(n, -1, np.int64), np.zeros(n, np.int64)) for name in names}
-    if n == 0 or not length.any():
-        return out
-    src, values = range_bytes(a, start, end)
-    sep = src[values == ord(PROPERTY_SEPARATOR)]
-    nv = src[values == ord(NAME_VALUE_SEPARATOR)]
-    # ranges are ascending and hold their separators, so inserting keeps everything sorted
-    before = np.searchsorted(sep, start)
-    piece_start = np.insert(sep + 1, before, start)
-    piece_end = np.insert(sep, np.searchsorted(sep, end), end)
-    piece_rec = np.repeat(np.arange(n), np.diff(np.append(before, len(sep))) + 1)
-    k = np.searchsorted(nv, piece_start)
-    has = k < len(nv)
-    kv = np.where(has, nv[np.minimum(k, max(len(nv) - 1, 0))] if len(nv) else 0, 0)
-    valid = has & (kv > piece_start) & (kv < piece_end - 1)
-    name_len = kv - piece_start
-    # compare names by their first 8 bytes as one integer, then longer names in full
-    cand = np.flatnonzero(valid & (name_len <= max(len(name.encode()) for name in names)))
-    prefix = a[np.minimum(piece_start[cand][:, None] + np.arange(8), len(a) - 1)]
-    prefix[np.arange(8) >= name_len[cand][:, None]] = 0
-    prefix_key = prefix.view(">u8").ravel()
-    for name in names:
-        raw = name.encode()
-        target = np.frombuffer(raw[:8].ljust(8, b"\0"), dtype=">u8")[0]
-        c = cand[(name_len[cand] == len(raw)) & (prefix_key == target)]
-        if len(raw) > 8:
-            c = c[(a[piece_start[c][:, None] + np.arange(len(raw))] == np.frombuffer(raw, np.uint8)).all(axis=1)]
-        rec = piece_rec[c]
-        last = np.concatenate((rec[1:] != rec[:-1], [True])) if len(rec) else np.zeros(0, bool)
-        vs, vl = out[name]
-        vs[rec[last]] = kv[c][last] + 1
-        vl[rec[last]] = piece_end[c][last] - kv[c][last] - 1
-    return out
-
-
-def range_bytes(a: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, bytes) of ``a`` inside the ascending ranges [start, end), in order, gathered once."""
-    length = end - start
-    total = int(length.sum())
-    offs = np.cumsum(length) - length
-    src = np.repeat(start - offs, length) + np.arange(total)
-    return src, a[src]
-
-
-def positions_within(a: np.ndarray, start: np.ndarray, end: np.ndarray, byte: bytes) -> np.ndarray:
-    """Positions of ``byte`` in ``a`` that fall inside one of the ascending ranges [start, end).
-
-    Only the ranges are read (properties are a small part of a record), not what lies between.
-    """
-    src, values = range_bytes(a, start, end)
-    return src[values == byte[0]]
+    raw = [name.encode("utf-8") for name in names]
+    name_bytes = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
+    name_end = np.cumsum([len(r) for r in raw], dtype=np.int64)
+    starts, lengths = kernel.find_properties(a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end)
+    return {name: (starts[j], lengths[j]) for j, name in enumerate(names)}

@@ -15,7 +15,8 @@ import re
 
 import numpy as np
 
-from storelib.commitlog import RecordBatch, find_properties, positions_within
+from storelib import kernel
+from storelib.commitlog import RecordBatch, find_properties
 from storelib.config import BrokerConfig
 from storelib.constants import (
     INT32_MAX,
@@ -144,23 +145,8 @@ def _index_key_runs(
     """(record, start, length) of every index key in put order: UNIQ_KEY, then each non-empty KEYS token."""
     uniq_start, uniq_len = values[PROPERTY_UNIQ_KEY]
     keys_start, keys_len = values[PROPERTY_KEYS]
-    u = np.flatnonzero(to_index & (uniq_start >= 0))
-    k = np.flatnonzero(to_index & (keys_start >= 0))
-    ks, ke = keys_start[k], keys_start[k] + keys_len[k]
-    if len(k):
-        space = positions_within(a, ks, ke, KEY_SEPARATOR.encode())
-        before = np.searchsorted(space, ks)
-        tok_start = np.insert(space + 1, before, ks)
-        tok_end = np.insert(space, np.searchsorted(space, ke), ke)
-        tok_rec = np.repeat(k, np.diff(np.append(before, len(space))) + 1)
-        keep = tok_end > tok_start
-        tok_start, tok_end, tok_rec = tok_start[keep], tok_end[keep], tok_rec[keep]
-    else:
-        tok_start = tok_end = tok_rec = np.zeros(0, np.int64)
-    record = np.concatenate((u, tok_rec))
-    start = np.concatenate((uniq_start[u], tok_start))
-    length = np.concatenate((uniq_len[u], tok_end - tok_start))
-    # put order: by record, the UNIQ_KEY (rank 0) before the tokens (rank 1, by position)
-    rank = np.concatenate((np.zeros(len(u), np.int64), np.ones(len(tok_rec), np.int64)))
-    order = np.lexsort((start, rank, record))
-    return record[order].astype(np.int64), start[order], length[order]
+    return kernel.key_runs(
+        a,
+        *map(kernel.as_int64, (uniq_start, uniq_len, keys_start, keys_len)),
+        np.ascontiguousarray(to_index, dtype=np.bool_),
+    )

@@ -166,6 +166,24 @@ class Preset:
     broker: dict[str, str]  # broker settings (properties-file names and values) over the defaults
 
 
+def _one_key_spec(body: int) -> GeneratorSpec:
+    """Plain sends (no delays, no transactions) with a ``body``-byte body, one tag, one key and a UNIQ_KEY;
+    4 topics x 8 queues, 1 GiB of commitlog."""
+    return GeneratorSpec(
+        messages=None,
+        target_bytes=1 << 30,
+        queues_per_topic=8,
+        body_size=(body, body),
+        max_keys=1,
+        keyed_fraction=1.0,
+        tagged_fraction=1.0,
+        uniq_key_fraction=1.0,
+        delay_fraction=0.0,
+        transaction_fraction=0.0,
+        legacy_transaction_fraction=0.0,
+    )
+
+
 PRESETS: dict[str, Preset] = {
     # several files of every kind, every feature, one expired head segment
     "demo": Preset(
@@ -182,6 +200,19 @@ PRESETS: dict[str, Preset] = {
     ),
     "bench-128": Preset(
         GeneratorSpec(messages=None, target_bytes=1 << 30, queues_per_topic=8, body_size=(128, 128)), {}
+    ),
+    # issue 8's workloads: 1 tag, 1 key + UNIQ_KEY per send, broker defaults (1 GiB segments)
+    "bench-723": Preset(_one_key_spec(512), {}),  # ~723-byte records
+    "bench-320": Preset(_one_key_spec(125), {}),  # ~320-byte records
+    # the 4.9.8 sample's shape: ~14 MB in 64 KiB segments
+    "bench-sample": Preset(
+        GeneratorSpec(messages=None, target_bytes=14_000_000),
+        {
+            "mappedFileSizeCommitLog": str(64 << 10),
+            "mappedFileSizeConsumeQueue": "8000",
+            "maxHashSlotNum": "701",
+            "maxIndexNum": "3000",
+        },
     ),
 }
 

@@ -19,6 +19,7 @@ import struct
 
 import numpy as np
 
+from storelib import kernel
 from storelib.config import BrokerConfig
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INT32_MAX
 from storelib.errors import StoreFormatError
@@ -81,7 +82,7 @@ def build_index_file_head(
     inherited: tuple[int, int],
     cfg: BrokerConfig,
 ) -> tuple[IndexHeader, bytes | bytearray]:
-    """The start of one IndexFile (header, slots, used entries) from its entries in put order, vectorized.
+    """The start of one IndexFile (header, slots, used entries) from its entries in put order, one compiled pass.
 
     ``inherited`` is (endPhyOffset, endTimestamp) of the previous file, (0, 0) for the first.
     At most maxIndexNum - 1 entries. The rest of the file, up to ``index_file_size``, is zeros.
@@ -94,25 +95,15 @@ def build_index_file_head(
     if n == 0:
         header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
         return header, header.pack()
-    key_hash = np.asarray(key_hash, dtype=np.int32)
+    key_hash = np.ascontiguousarray(key_hash, dtype=np.int32)
     store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
-    slot = (key_hash % np.int32(slots_n)).astype(np.int64)  # keyHash >= 0
-    # prevIndex: the previous entry of this file in the same slot (0 = none). Sorting
-    # (slot, position) packed in one integer gives the entries grouped by slot, in put order.
-    bits = n.bit_length()
-    packed = np.sort((slot << bits) | np.arange(n, dtype=np.int64))
-    order = packed & ((1 << bits) - 1)  # 0-based position of each entry, grouped by slot
-    s_sorted = packed >> bits
-    same = np.empty(n, dtype=bool)
-    same[0] = False
-    np.equal(s_sorted[1:], s_sorted[:-1], out=same[1:])
-    last = np.append(~same[1:], True)  # the newest entry of each slot: the slot table's value
+    # putKey's slot chains in one pass: prevIndex = the slot's value, then the slot = this entry
+    table, prev, used = kernel.slot_chains(key_hash, slots_n)
     # one buffer for the whole head: header, slot table, entry 0 (never used), entries 1..n
     head = bytearray(INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE + (n + 1) * INDEX_ENTRY_SIZE)
-    slot_table = np.frombuffer(head, dtype=">i4", count=slots_n, offset=INDEX_HEADER_SIZE)
-    slot_table[s_sorted[last]] = order[last] + 1
+    np.frombuffer(head, dtype=">i4", count=slots_n, offset=INDEX_HEADER_SIZE)[:] = table
     entries = np.frombuffer(head, dtype=ENTRY_DTYPE, offset=INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE)[1:]
-    entries["prev_index"][order] = np.where(same, np.roll(order, 1) + 1, 0)
+    entries["prev_index"] = prev
     # timeDiff against beginTimestamp as it is before each put: inherited for entry 1
     begin = np.full(n, store_timestamp[0], dtype=np.int64)
     begin[0] = inherited_ts
@@ -122,7 +113,7 @@ def build_index_file_head(
     entries["key_hash"] = key_hash
     entries["phy_offset"] = phy_offset
     entries["time_diff"] = diff
-    slot_count = int(last.sum()) if cfg.hashSlotCountRule == "occupied" else n
+    slot_count = int(used) if cfg.hashSlotCountRule == "occupied" else n
     header = IndexHeader(
         begin_timestamp=int(store_timestamp[0]),
         end_timestamp=int(store_timestamp[-1]),

@@ -1,4 +1,4 @@
-"""Java ``String.hashCode()`` over UTF-16 code units, scalar and batched with numpy.
+"""Java ``String.hashCode()`` over UTF-16 code units, scalar and batched (compiled, ``storelib.kernel``).
 
 ``s[0]*31^(n-1) + s[1]*31^(n-2) + ... + s[n-1]`` in wrapping int32 arithmetic,
 where ``s[i]`` are UTF-16 code units (a character outside the BMP is a surrogate pair).
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from storelib import kernel
 from storelib.constants import INT32_MIN
 
 _POW_CACHE = np.ones(1, dtype=np.uint32)
@@ -48,60 +49,23 @@ def java_hash(s: str) -> int:
 
 
 def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
-    """``String.hashCode()`` of every string, as an int32 array, without a per-character loop."""
-    n = len(strings)
-    if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    joined = "".join(strings)
-    if joined.isascii():
-        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-        lengths = np.fromiter((len(s) for s in strings), dtype=np.int64, count=n)
-    else:
-        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
-        lengths = np.fromiter(
-            (len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), dtype=np.int64, count=n
-        )
-    return _hash_units(units, lengths)
-
-
-def _hash_units(units: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Hash consecutive runs of code units: run i is ``lengths[i]`` units long."""
-    out = np.zeros(len(lengths), dtype=np.uint32)
-    total = int(lengths.sum())
-    if total == 0:
-        return out.view(np.int32)
-    ends = np.cumsum(lengths)
-    # unit j of a run ending at e is multiplied by 31^(e - 1 - j)
-    exponent = np.repeat(ends - 1, lengths) - np.arange(total)
-    pw = _pow31(int(lengths.max()))
-    with np.errstate(over="ignore"):
-        contrib = units.astype(np.uint32, copy=False) * pw[exponent]
-    nonempty = lengths > 0
-    out[nonempty] = np.add.reduceat(contrib, (ends - lengths)[nonempty], dtype=np.uint32)
-    return out.view(np.int32)
+    """``String.hashCode()`` of every string, as an int32 array, compiled over their UTF-16 code units."""
+    units = np.frombuffer("".join(strings).encode("utf-16-be", "surrogatepass"), dtype=">u2").astype(np.uint16)
+    lengths = np.fromiter(
+        (len(s) if s.isascii() else len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings),
+        dtype=np.int64,
+        count=len(strings),
+    )
+    return kernel.hash_utf16_runs(units, lengths)
 
 
 def java_hash_utf8_runs(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """hashCode and UTF-16 length of the UTF-8 strings at (start, length) in byte array ``a``.
 
-    ASCII runs are hashed byte by byte with numpy (a byte is a UTF-16 unit); runs with any
-    byte >= 0x80 are decoded and hashed over their UTF-16 code units.
+    The bytes are decoded as Java's ``new String(bytes, UTF_8)`` and Python's ``decode("utf-8",
+    "replace")`` do (U+FFFD per maximal invalid subpart), a 4-byte sequence giving a surrogate pair.
     """
-    length = np.asarray(length, dtype=np.int64)
-    total = int(length.sum())
-    if total == 0:
-        return np.zeros(len(length), np.int32), length.copy()
-    offs = np.cumsum(length) - length
-    units = a[np.repeat(start - offs, length) + np.arange(total)]
-    hashes = _hash_units(units, length)
-    utf16_len = length.copy()
-    nonempty = np.flatnonzero(length > 0)
-    wide = nonempty[np.maximum.reduceat(units, offs[nonempty]) >= 0x80]
-    if len(wide):
-        text = [a[s : s + n].tobytes().decode("utf-8", "replace") for s, n in zip(start[wide], length[wide])]
-        hashes[wide] = java_hash_batch(text)
-        utf16_len[wide] = [len(t.encode("utf-16-be", "surrogatepass")) // 2 for t in text]
-    return hashes, utf16_len
+    return kernel.hash_utf8_runs(a, kernel.as_int64(start), kernel.as_int64(length))
 
 
 def combine_hash(prefix_hash: np.ndarray, suffix_hash: np.ndarray, suffix_utf16_len: np.ndarray) -> np.ndarray:
