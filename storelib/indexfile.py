@@ -316,9 +316,13 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     """
     count = reader.header.index_count
     n = max(1, min(count, len(reader.entries)))  # entries 1 .. n-1 are in the file and within indexCount
-    seen = np.zeros(n, dtype=bool)
     if count <= 1:
-        return seen[1:]
+        return np.zeros(max(0, n - 1), dtype=bool)
+    slots = np.ascontiguousarray(reader.slots, dtype=np.int64)
+    prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int64)
+    bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
+    seen = kernel.chain_reachable(slots, prev, bad_time, n)
+    return seen[1:]
     prev = reader.entries["prev_index"][:n].astype(np.int64)
     bad_time = reader.entries["time_diff"][:n] < 0
     for head in np.flatnonzero((reader.slots > 0) & (reader.slots < n)).tolist():

@@ -431,6 +431,23 @@ else:
             table[s] = i + 1
         return table, prev, used
 
+    @njit(cache=True)
+    def chain_reachable(slots, prev, bad_time, n):
+        """Entries 0..n-1 a walk from every slot's entry reaches (``IndexFile.selectPhyOffset``'s stops; a
+        revisited entry ends the walk, so a cycle cannot loop)."""
+        seen = np.zeros(n, np.bool_)
+        for h in range(len(slots)):
+            at = slots[h]
+            if at <= 0 or at >= n:
+                continue
+            while not seen[at] and not bad_time[at]:
+                seen[at] = True
+                nxt = prev[at]
+                if nxt <= 0 or nxt >= n or nxt == at:
+                    break
+                at = nxt
+        return seen
+
     def as_int64(values: np.ndarray) -> np.ndarray:
         """Positions and lengths as the contiguous int64 arrays the kernel takes (no copy when they are)."""
         return np.ascontiguousarray(values, dtype=np.int64)
