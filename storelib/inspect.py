@@ -225,8 +225,8 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
         rel = f"commitlog/{entry.name}"
         start = int(entry.name)
         file_size = entry.stat().st_size
-        if file_size > size:
-            problems.append(f"{rel}: {file_size} bytes, more than the segment size {size}")
+        if file_size != size:
+            problems.append(f"{rel}: {file_size} bytes, but the segment size is {size} (the broker will not load it)")
         first_ts = None
         with open(entry.path, "rb") as f:
             scanner = SegmentScanner(f, rel, start, size, check_crc=cfg.checkCRCOnRecover)

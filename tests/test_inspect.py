@@ -170,3 +170,23 @@ def test_verb_scripts_do_not_shadow_the_standard_inspect_module():
     code += "print(inspect.__file__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert Path(out.strip()).parent != jobs
+
+
+def test_without_a_config_the_segment_size_is_read_off_the_files(generated, capsys):
+    """Segments of 64 KiB and no --broker-config: the size comes from the files (and says so), not the 1 GiB
+    default that made every segment look torn; a config that contradicts the files is reported per segment."""
+    root, summary = generated
+    run_verb(str(root), "--json")
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["config"]["mappedFileSizeCommitLog"] == 64 * 1024
+    assert "read off the segment files" in err
+    assert not [p for p in report["totals"]["problems"] if p.startswith("commitlog/")]
+    assert {s["end"] for s in report["segments"]} <= {"blank", "zero-tail", "eof"}
+    conf = root.parent / "contradicting.conf"
+    conf.write_text(broker_properties(dataclasses.replace(SMALL_CFG, mappedFileSizeCommitLog=128 * 1024)))
+    assert run_verb(str(root), "--broker-config", str(conf), "--json") == 1
+    out, err = capsys.readouterr()
+    problems = json.loads(out)["totals"]["problems"]
+    assert "contradicts the store" in err
+    assert sum("but the segment size is 131072" in p for p in problems) == summary.segments
