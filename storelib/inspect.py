@@ -211,8 +211,10 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
     size = cfg.mappedFileSizeCommitLog
     entries = []
     for entry in _listing(directory, problems):
-        if parse_offset_name(entry.name) is None or not entry.is_file():
-            problems.append(f"commitlog/{printable(entry.name)}: not a commitlog segment (name or type), skipped")
+        if parse_offset_name(entry.name) is None or not entry.is_file() or entry.is_symlink():
+            problems.append(
+                f"commitlog/{printable(entry.name)}: not a commitlog segment (name, type or a link), skipped"
+            )
             continue
         entries.append(entry)
     for kind, start, expected in offset_layout_problems([int(e.name) for e in entries], size):

@@ -124,6 +124,7 @@ def test_hostile_and_odd_names_are_reported_not_followed(tmp_path):
     short = next((cq / "Billing_v1" / "0").iterdir())
     short.write_bytes(short.read_bytes()[:100])
     (root / "commitlog" / "notes.txt").write_text("hi")
+    os.symlink(outside / "00000000000000000000", root / "commitlog" / "99999999999999999999")  # never followed
     (root / "index" / "garbage\x1b[2J").write_bytes(b"\xff" * 100)
     r = inspect_store(root, SMALL_CFG)
     assert "COMMITLOG" in inspect_job.format_report(r)  # garbage timestamps do not break the tables
@@ -133,6 +134,7 @@ def test_hostile_and_odd_names_are_reported_not_followed(tmp_path):
     assert "consumequeue/OrderCreated/x1: not a queueId; not followed" in problems
     assert f"consumequeue/Billing_v1/0: {short.name}: 100 bytes, expected 2000" in problems
     assert "commitlog/notes.txt: not a commitlog segment" in problems
+    assert "commitlog/99999999999999999999: not a commitlog segment (name, type or a link)" in problems
     assert "index/'garbage\\x1b[2J': name is not a yyyyMMddHHmmssSSS time" in problems
     assert "indexCount -1 is outside 1..400" in problems
     topics = {q.topic for q in r.queues}
