@@ -177,6 +177,8 @@ def test_verb_scripts_do_not_shadow_the_standard_inspect_module():
 def test_without_a_config_the_segment_size_is_read_off_the_files(generated, capsys):
     """Segments of 64 KiB and no --broker-config: the size comes from the files (and says so), not the 1 GiB
     default that made every segment look torn; a config that contradicts the files is reported per segment."""
+    from jobs.pipeline.listing import store_broker_config
+
     root, summary = generated
     run_verb(str(root), "--json")
     out, err = capsys.readouterr()
@@ -185,6 +187,7 @@ def test_without_a_config_the_segment_size_is_read_off_the_files(generated, caps
     assert "read off the segment files" in err
     assert not [p for p in report["totals"]["problems"] if p.startswith("commitlog/")]
     assert {s["end"] for s in report["segments"]} <= {"blank", "zero-tail", "eof"}
+    assert store_broker_config(str(root), None).mappedFileSizeCommitLog == 64 * 1024  # what recover runs with
     conf = root.parent / "contradicting.conf"
     conf.write_text(broker_properties(dataclasses.replace(SMALL_CFG, mappedFileSizeCommitLog=128 * 1024)))
     assert run_verb(str(root), "--broker-config", str(conf), "--json") == 1
