@@ -64,7 +64,7 @@ def check_outside_store(store: str, uri: str, option: str) -> None:
     """Refuse an output ``uri`` that is (through links or not) inside the store or holds it: BadInput."""
     real, root = real_path(uri), real_path(store)
     if inside(real, root) or inside(root, real):
-        raise BadInput(f"{option} {uri} ({real}) overlaps the store {root}: nothing writes into a store that way")
+        raise BadInput(f"{option} {uri} ({real}) overlaps the store {root}: the tool never writes into a store")
 
 
 def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) -> list[pafs.FileInfo]:
