@@ -134,6 +134,28 @@ def test_undo_says_what_is_wrong_with_a_manifest_it_did_not_write(tmp_path: Path
     assert p.returncode in (1, 2) and says in no_traceback(p)
 
 
+# --- 1. a zero unit written into a live queue -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("units", "stop"),
+    [
+        ([(0, 0x7FFFFFFF, 0), (100, 50, 0), (150, 50, 0)] + [(0, 0, 0)] * 5, None),  # pre-blank, entries, zeros
+        ([(100, 50, 0), (0, 0, 0), (200, 50, 0)] + [(0, 0, 0)] * 5, 1),  # a gap inside a file
+        ([(100, 50, 0)] * 3 + [(0, 0, 0)] + [(300, 50, 0)] + [(0, 0, 0)] * 3, 3),  # a gap at a file's last unit
+        ([(100, 50, 0)] * 4 + [(0, 0, 0)] + [(-1, 50, 0)] * 3, None),  # nothing valid after the end
+    ],
+)
+def test_a_rebuilt_queue_with_a_unit_the_broker_stops_at_is_found(tmp_path: Path, units: list, stop: int) -> None:
+    from jobs.pipeline.recover import rebuilt_queue_stop
+
+    qdir = tmp_path / "consumequeue" / "T" / "0"
+    qdir.mkdir(parents=True)
+    for k in range(0, len(units), 4):  # files of 4 units (80 bytes)
+        (qdir / f"{k * 20:020d}").write_bytes(b"".join(UNIT.pack(*u) for u in units[k : k + 4]))
+    assert rebuilt_queue_stop(str(tmp_path), "consumequeue/T/0") == stop
+
+
 # --- 4. never write into a store by any path ------------------------------------------------------------
 
 

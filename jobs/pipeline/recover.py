@@ -29,9 +29,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, NoReturn
 
 from jobs.liveness import broker_processes, is_local, local_path, lock_held
 from jobs.pipeline.audit import AuditResult, audit
@@ -142,15 +140,22 @@ def _without_stopping_queues(steps: list[Step], rebuilt: str) -> tuple[list[Step
 
 
 def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
-    """Queue offset of the first invalid unit of a rebuilt queue that a valid unit follows; None when there is none."""
+    """Queue offset of the first invalid unit of a rebuilt queue that a valid unit follows; None when there is none.
+
+    The files are read one at a time, in queue order.
+    """
     fs, root = resolve(rebuilt)
-    files = list_files(fs, join(root, queue_dir))
-    if not files:
-        return None
-    units = np.concatenate([decode_units(read_file(fs, f.path)) for f in files])
-    stop = valid_prefix(units)
-    valid = (units["offset"][stop:] >= 0) & (units["size"][stop:] > 0)
-    return int(files[0].base_name) // CQ_STORE_UNIT_SIZE + stop if valid.any() else None
+    stop = None
+    for f in list_files(fs, join(root, queue_dir)):
+        units = decode_units(read_file(fs, f.path))
+        valid = (units["offset"] >= 0) & (units["size"] > 0)
+        first = valid_prefix(units) if stop is None else len(units)
+        if first < len(units):
+            stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
+            valid = valid[first:]
+        if stop is not None and valid.any():
+            return stop
+    return None
 
 
 def _checkpoint(store: str, rebuilt: str) -> bytes:
@@ -338,22 +343,20 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
     except (OSError, Refused) as exc:
         shutil.rmtree(backup, ignore_errors=True)
         raise RmqStoreError(f"could not back up into {backup}: {exc}; nothing in the store was changed") from None
-    step = steps[0]
-    try:
-        for step, entry, target in zip(steps, manifest["steps"], targets):
-            entry["new_sha256"] = _sha256(
-                _change(step, target, root, lambda src: read_file(fs, join(rebuilt_root, src)), cfg)
-            )
-            print(f"  done     {step.action} {step.file}", file=sys.stderr)
-    except BaseException as exc:
-        _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
+    for step, entry, target in zip(steps, manifest["steps"], targets):
+        try:
+            data = _change(step, target, root, lambda src: read_file(fs, join(rebuilt_root, src)), cfg)
+        except BaseException as exc:  # a full disk, an I/O error, an interrupt: put back what was changed
+            _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
+        entry["new_sha256"] = _sha256(data)
+        print(f"  done     {step.action} {step.file}", file=sys.stderr)
     manifest["state"] = "applied"
     _write_manifest(backup, manifest)
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)
     return manifest
 
 
-def _roll_back(root: Path, backup: Path, manifest: dict[str, Any], failure: str) -> None:
+def _roll_back(root: Path, backup: Path, manifest: dict[str, Any], failure: str) -> NoReturn:
     """After a failed change: put the store back from the backup, then raise saying what happened."""
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)  # the failed step's temporary file: space for the undo
     try:
@@ -477,11 +480,10 @@ def recover(
     print(f"recover plan ({len(steps)} steps):")
     for s in steps:
         print(s.describe())
-    if not do_apply:
+    if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
         return 0
     check_stopped(store)
-    assert backup is not None
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
     after = audit(run, store, rebuilt, report_dir and join(report_dir, "after"))
