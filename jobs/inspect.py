@@ -14,7 +14,8 @@ import datetime
 import json
 import sys
 
-from jobs.cli import add_broker_config, broker_config
+from jobs.cli import add_broker_config
+from jobs.pipeline.listing import store_broker_config
 from storelib.inspect import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
 
 
@@ -112,7 +113,7 @@ def format_report(r: StoreReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = inspect_store(args.store, broker_config(args))
+    report = inspect_store(args.store, store_broker_config(args.store, args.broker_config))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

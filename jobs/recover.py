@@ -13,10 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
+from jobs.cli import add_broker_config, add_spark_options, spark_run
+from jobs.pipeline.listing import check_outside_store, store_broker_config
 from jobs.pipeline.rebuild import rebuild
-from jobs.pipeline.recover import check_stopped, recover, undo
-from storelib.errors import Refused
+from jobs.pipeline.recover import check_backup_dir, check_stopped, recover, undo
+from storelib.errors import EXIT_CANNOT, Refused
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"recover: restored {args.store} from {args.undo}")
             return 0
         check_stopped(args.store)
-        run_ = spark_run("rmqstore-recover", args, broker_config(args))
         backup = Path(args.backup_dir) if args.backup_dir else None
+        if backup is not None:
+            check_backup_dir(args.store, backup)  # before any work
+        if args.report is not None:
+            check_outside_store(args.store, args.report, "--report")
+        run_ = spark_run("rmqstore-recover", args, store_broker_config(args.store, args.broker_config))
         if args.rebuilt is not None:
             return recover(run_, args.store, args.rebuilt, args.apply, args.truncate_torn_tail, backup, args.report)
         with run_.work_dir(args.report or args.store) as work:
@@ -54,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     except Refused as exc:
         print(f"rmqstore recover: refused: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full disk or a vanished file outside apply (which undoes its own changes)
+        print(f"rmqstore recover: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT
 
 
 if __name__ == "__main__":

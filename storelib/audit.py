@@ -115,6 +115,19 @@ class _Units:
         return unit_text(int(self.offset[i]), int(self.size[i]), int(self.tags[i]))
 
 
+def _empty_queue(topic: str, queue_id: int, rel_dir: str, live: Mapping[str, bytes], nonzero: int) -> Finding:
+    """An orphan queue: files without a single entry, of a queue the commitlog has no message of."""
+    return finding(
+        "cq-empty-queue",
+        f"{rel_dir}/{min(live)}",
+        f"{len(live)} file(s) without a single entry ({nonzero} non-zero invalid units), and the commitlog holds "
+        f"no message of {topic}/{queue_id}: the broker sees an empty queue; left as it is",
+        topic=topic,
+        queue_id=queue_id,
+        count=len(live),
+    )
+
+
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of each run of True."""
     edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
@@ -227,6 +240,8 @@ def classify_queue(
                     count=len(live_entries),
                 )
             )
+        elif live:
+            findings.append(_empty_queue(topic, queue_id, rel_dir, live, int(lv.nonzero.sum())))
         delete = sorted(live) if any(is_divergence(f) for f in findings) else []
         return QueueAudit(
             topic, queue_id, findings, _row(topic, queue_id, findings, 0, 0, None, None, None), [], delete

@@ -85,6 +85,9 @@ KINDS: dict[str, Kind] = {
     "cq-wrong-pre-blank": Kind("error", "the pre-blank units before a queue's first entry are wrong", True),
     "cq-no-messages": Kind("warning", "a live queue directory whose queue has no message in the commitlog", True),
     "cq-missing-queue": Kind("error", "a queue with messages in the commitlog has no ConsumeQueue files", True),
+    "cq-empty-queue": Kind(
+        "warning", "a live queue directory without a single entry, of a queue with no message in the commitlog"
+    ),
     "cq-stale-bytes": Kind("info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"),
     "hostile-topic-name": Kind(
         "error", "a record's topic is not a legal RocketMQ name: its queue is never written as a path", False, True

@@ -147,6 +147,8 @@ class IndexFileReader:
             count=cfg.maxIndexNum,
             offset=INDEX_HEADER_SIZE + self.slots_n * INDEX_HASH_SLOT_SIZE,
         )
+        #: hash slot -> why a lookup stopped walking its chain (a cycle): found by select_phy_offsets
+        self.broken_chains: dict[int, str] = {}
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         h = self.header
@@ -157,14 +159,24 @@ class IndexFileReader:
         )
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``)."""
+        """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``).
+
+        A chain of a sound file visits each entry once; the walk stops at a revisited entry or after indexCount
+        steps (the broker's own loop would not end) and records the slot in ``broken_chains``.
+        """
         key_hash = int(index_key_hash(np.array([java_hash(key)]))[0])
         count = self.header.index_count
         out: list[int] = []
-        nxt = int(self.slots[key_hash % self.slots_n])
+        slot = key_hash % self.slots_n
+        nxt = int(self.slots[slot])
         if nxt <= 0 or nxt > count or count <= 1:
             return out
+        seen: set[int] = set()
         while len(out) < max_num:
+            if nxt in seen or len(seen) >= count:
+                self.broken_chains[slot] = f"the chain of hash slot {slot} comes back to entry {nxt}: a cycle"
+                break
+            seen.add(nxt)
             e = self.entries[nxt]
             time_diff = int(e["time_diff"])
             if time_diff < 0:

@@ -211,8 +211,10 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
     size = cfg.mappedFileSizeCommitLog
     entries = []
     for entry in _listing(directory, problems):
-        if parse_offset_name(entry.name) is None or not entry.is_file():
-            problems.append(f"commitlog/{printable(entry.name)}: not a commitlog segment (name or type), skipped")
+        if parse_offset_name(entry.name) is None or not entry.is_file() or entry.is_symlink():
+            problems.append(
+                f"commitlog/{printable(entry.name)}: not a commitlog segment (name, type or a link), skipped"
+            )
             continue
         entries.append(entry)
     for kind, start, expected in offset_layout_problems([int(e.name) for e in entries], size):
@@ -225,8 +227,8 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
         rel = f"commitlog/{entry.name}"
         start = int(entry.name)
         file_size = entry.stat().st_size
-        if file_size > size:
-            problems.append(f"{rel}: {file_size} bytes, more than the segment size {size}")
+        if file_size != size:
+            problems.append(f"{rel}: {file_size} bytes, but the segment size is {size} (the broker will not load it)")
         first_ts = None
         with open(entry.path, "rb") as f:
             scanner = SegmentScanner(f, rel, start, size, check_crc=cfg.checkCRCOnRecover)

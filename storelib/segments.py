@@ -2,7 +2,13 @@
 
 Segments are named by their 20-digit start offset and are all ``mappedFileSizeCommitLog`` bytes. Before the
 last segment holding messages only a BLANK (or records to the very end) is a normal end; after it, zero
-tails are preallocated space and a torn record is the crash tail the broker would truncate.
+tails are preallocated space and a torn record is the crash tail the broker would truncate. A memory-mapped
+segment torn by a crash holds the first bytes of its last record and then the zeros of the preallocated file:
+the scanner reports that record as a length mismatch and stops at the zeros; ``settle_torn_tail`` reads it as
+the torn record it is.
+
+Damage to one record (a CRC or length mismatch, a bad delay level) loses at most that record: it never
+stops or skips a segment.
 """
 
 from __future__ import annotations
@@ -11,10 +17,21 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 
-from storelib.commitlog import DAMAGE_CRC, END_BLANK, END_EOF, END_UNREADABLE, END_ZERO_TAIL
+from storelib.commitlog import (
+    DAMAGE_CRC,
+    DAMAGE_LENGTH,
+    END_BLANK,
+    END_EOF,
+    END_TORN,
+    END_UNREADABLE,
+    END_ZERO_TAIL,
+)
 from storelib.config import BrokerConfig
 from storelib.findings import Finding, finding
 from storelib.layout import commitlog_file, offset_file_name, offset_layout_problems, parse_offset_name
+
+#: damage to one record: reported, never a reason to stop or skip a segment
+RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +139,28 @@ def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
                     actual=str(s.size),
                 )
             )
+    return out
+
+
+def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> dict[str, SegmentSummary]:
+    """The summaries with a memory-mapped crash tail read as what it is: a torn record where it starts.
+
+    The log's last written segment whose last record is a length mismatch, with no record after it and zeros after
+    it, holds the first bytes of a record (TOTALSIZE and a few fields) written before the crash, followed by the
+    preallocated file's zeros. Its records end there (``torn``), and that record is not a damaged one; the broker's
+    recovery truncates the log at the same place.
+    """
+    out = dict(summaries)
+    written = [seg for seg in segments if summaries[seg.name].messages or summaries[seg.name].damage]
+    s = summaries[written[-1].name] if written else None
+    last = s.damage[-1] if s is not None and s.damage else None
+    if s is None or last is None or last.kind != DAMAGE_LENGTH or s.end_reason not in (END_ZERO_TAIL, END_EOF):
+        return out
+    if s.last_message_offset < last.commitlog_offset:
+        detail = f"the first bytes of a record, then zeros ({last.detail})"
+        out[s.segment] = dataclasses.replace(
+            s, end_reason=END_TORN, end_offset=last.commitlog_offset, detail=detail, damage=s.damage[:-1]
+        )
     return out
 
 

@@ -12,6 +12,7 @@ from storelib.config import (
     BrokerConfig,
     broker_config_from_properties,
     load_broker_config,
+    load_store_config,
     parse_delay_levels,
     parse_properties,
 )
@@ -175,9 +176,9 @@ delay_words = st.lists(st.tuples(st.integers(0, 999), st.sampled_from("smhd")), 
 broker_configs = st.builds(
     BrokerConfig,
     mappedFileSizeCommitLog=ints,
-    mappedFileSizeConsumeQueue=ints,
-    maxHashSlotNum=ints,
-    maxIndexNum=st.integers(2, 2**31 - 1),
+    mappedFileSizeConsumeQueue=st.integers(1, 2**31 - 20),
+    maxHashSlotNum=st.integers(1, 2**27),  # with maxIndexNum, an IndexFile stays within one 2 GiB buffer
+    maxIndexNum=st.integers(2, 2**26),
     messageIndexEnable=st.booleans(),
     enableConsumeQueueExt=st.booleans(),
     checkCRCOnRecover=st.booleans(),
@@ -213,8 +214,12 @@ def test_load_broker_config_file(tmp_path) -> None:
     [
         ("maxIndexNum=lots", "maxIndexNum='lots' is not an integer"),
         ("messageIndexEnable=yes", "messageIndexEnable='yes' is not true or false"),
-        ("maxHashSlotNum=0", "maxHashSlotNum must be positive"),
-        ("mappedFileSizeCommitLog=-1", "mappedFileSizeCommitLog must be positive"),
+        ("maxHashSlotNum=0", "maxHashSlotNum must be between 1 and 2147483647"),
+        ("mappedFileSizeCommitLog=-1", "mappedFileSizeCommitLog must be between 1 and 2147483647"),
+        ("mappedFileSizeCommitLog=2147483648", "mappedFileSizeCommitLog must be between 1 and 2147483647"),
+        ("maxHashSlotNum=2147483647", "the broker maps it in one buffer"),
+        ("maxIndexNum=107374182", "the broker maps it in one buffer"),
+        ("mappedFileSizeConsumeQueue=2147483647", "mappedFileSizeConsumeQueue 2147483647 is over"),
         ("maxIndexNum=1", "maxIndexNum must be at least 2"),
         ("hashSlotCountRule=sometimes", "hashSlotCountRule must be"),
         ("messageDelayLevel=1s 1w", "messageDelayLevel"),
@@ -231,3 +236,30 @@ def test_bad_settings_name_the_file(tmp_path, text: str, message: str) -> None:
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read broker config"):
         load_broker_config(tmp_path / "nope.conf")
+
+
+def test_a_device_or_an_endless_file_is_not_read(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_broker_config("/dev/zero")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_broker_config(tmp_path)
+    big = tmp_path / "big.conf"
+    big.write_bytes(b"#" * (2 << 20))
+    with pytest.raises(ConfigError, match="not a properties file"):
+        load_broker_config(big)
+
+
+def test_the_segment_size_is_read_off_the_files_when_the_config_does_not_set_it(tmp_path) -> None:
+    sizes = [65536, 65536, 65536, 4096]  # the last one cut short by damage
+    cfg, note = load_store_config(None, sizes)
+    assert cfg.mappedFileSizeCommitLog == 65536 and "read off the segment files" in str(note)
+    assert load_store_config(None, []) == (BrokerConfig(), None)
+    assert load_store_config(None, [1 << 30]) == (BrokerConfig(), None)
+    assert load_store_config(None, [4096, 65536])[0].mappedFileSizeCommitLog == 65536  # a tie: the larger
+    path = tmp_path / "broker.conf"
+    path.write_text("maxIndexNum=400\n")
+    cfg, note = load_store_config(path, sizes)
+    assert (cfg.mappedFileSizeCommitLog, cfg.maxIndexNum) == (65536, 400) and str(path) in str(note)
+    path.write_text("mappedFileSizeCommitLog=1048576\n")
+    cfg, note = load_store_config(path, sizes)
+    assert cfg.mappedFileSizeCommitLog == 1048576 and "contradicts" in str(note)

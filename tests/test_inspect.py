@@ -124,6 +124,7 @@ def test_hostile_and_odd_names_are_reported_not_followed(tmp_path):
     short = next((cq / "Billing_v1" / "0").iterdir())
     short.write_bytes(short.read_bytes()[:100])
     (root / "commitlog" / "notes.txt").write_text("hi")
+    os.symlink(outside / "00000000000000000000", root / "commitlog" / "99999999999999999999")  # never followed
     (root / "index" / "garbage\x1b[2J").write_bytes(b"\xff" * 100)
     r = inspect_store(root, SMALL_CFG)
     text = inspect_job.format_report(r)
@@ -138,6 +139,7 @@ def test_hostile_and_odd_names_are_reported_not_followed(tmp_path):
     assert "consumequeue/OrderCreated/x1: not a queueId; not followed" in problems
     assert f"consumequeue/Billing_v1/0: {short.name}: 100 bytes, expected 2000" in problems
     assert "commitlog/notes.txt: not a commitlog segment" in problems
+    assert "commitlog/99999999999999999999: not a commitlog segment (name, type or a link)" in problems
     assert "index/'garbage\\x1b[2J': name is not a yyyyMMddHHmmssSSS time" in problems
     assert "indexCount -1 is outside 1..400" in problems
     topics = {q.topic for q in r.queues}
@@ -175,3 +177,26 @@ def test_verb_scripts_do_not_shadow_the_standard_inspect_module():
     code += "print(inspect.__file__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert Path(out.strip()).parent != jobs
+
+
+def test_without_a_config_the_segment_size_is_read_off_the_files(generated, capsys):
+    """Segments of 64 KiB and no --broker-config: the size comes from the files (and says so), not the 1 GiB
+    default that made every segment look torn; a config that contradicts the files is reported per segment."""
+    from jobs.pipeline.listing import store_broker_config
+
+    root, summary = generated
+    run_verb(str(root), "--json")
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["config"]["mappedFileSizeCommitLog"] == 64 * 1024
+    assert "read off the segment files" in err
+    assert not [p for p in report["totals"]["problems"] if p.startswith("commitlog/")]
+    assert {s["end"] for s in report["segments"]} <= {"blank", "zero-tail", "eof"}
+    assert store_broker_config(str(root), None).mappedFileSizeCommitLog == 64 * 1024  # what recover runs with
+    conf = root.parent / "contradicting.conf"
+    conf.write_text(broker_properties(dataclasses.replace(SMALL_CFG, mappedFileSizeCommitLog=128 * 1024)))
+    assert run_verb(str(root), "--broker-config", str(conf), "--json") == 1
+    out, err = capsys.readouterr()
+    problems = json.loads(out)["totals"]["problems"]
+    assert "contradicts the store" in err
+    assert sum("but the segment size is 131072" in p for p in problems) == summary.segments

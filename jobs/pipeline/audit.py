@@ -26,7 +26,7 @@ from typing import Any
 from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.context import Run
-from jobs.pipeline.listing import in_use_finding, store_state
+from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
@@ -34,9 +34,6 @@ from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
-from storelib.layout import (
-    inside,
-)
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.segments import Segment, damage_findings, judge_ends
 from storelib.verdict import verdict
@@ -101,9 +98,9 @@ def audit(
     is audited (storelib.audit.audit_scope). ``broker_config``: the settings' file, named in the report.
     """
     t0 = time.monotonic()
-    _, store_path = resolve(store)
-    if report_dir is not None and inside(resolve(report_dir)[1], store_path):
-        raise CannotAudit(f"--report {report_dir} is inside the store: an audit never writes into a store")
+    for option, uri in (("--report", report_dir), ("--work-dir", run.work_root)):
+        if uri is not None:
+            check_outside_store(store, uri, option)
     before = store_state(store)
     segments, listing = list_segments(store, run)
     scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)

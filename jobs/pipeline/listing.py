@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import posixpath
+import sys
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from jobs.liveness import lock_held
+from storelib.config import BrokerConfig, load_store_config
+from storelib.errors import BadInput
 from storelib.findings import Finding, finding
 from storelib.layout import (
     COMMITLOG,
     CONSUMEQUEUE,
     INDEX,
+    inside,
     is_index_name,
     is_valid_topic,
     parse_offset_name,
@@ -21,8 +27,52 @@ from storelib.layout import (
 from udfs.fs import join, list_files, resolve
 
 
+def store_broker_config(store: str, path: str | None) -> BrokerConfig:
+    """The broker config of ``store``: the segment size read off its segment files when ``path`` does not set it.
+
+    The note (size taken from the files, or a config contradicting them) goes to stderr.
+    """
+    fs, root = resolve(store)
+    sizes = [i.size for i in list_files(fs, join(root, COMMITLOG)) if parse_offset_name(i.base_name) is not None]
+    cfg, note = load_store_config(path, sizes)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return cfg
+
+
+def real_path(uri: str) -> str:
+    """The path ``uri`` names once every symbolic link is followed (local paths; other filesystems have none).
+
+    A path that does not exist yet resolves through its longest existing prefix. A dangling link or a link loop
+    on the way cannot be resolved: BadInput, so nothing is ever written where a link might lead.
+    """
+    if "://" in uri and not uri.startswith("file://"):
+        return posixpath.normpath(resolve(uri)[1])
+    path = os.path.join(os.getcwd(), uri.removeprefix("file://"))
+    head, rest = path, []
+    while not os.path.lexists(head):
+        head, name = os.path.split(head)
+        rest.append(name)
+    try:
+        real = os.path.realpath(head, strict=True)
+    except OSError as exc:
+        raise BadInput(f"{uri}: cannot resolve {head} ({exc.strerror or exc}): a dangling symbolic link?") from None
+    return os.path.normpath(os.path.join(real, *reversed(rest)))
+
+
+def check_outside_store(store: str, uri: str, option: str) -> None:
+    """Refuse an output ``uri`` that is (through links or not) inside the store or holds it: BadInput."""
+    real, root = real_path(uri), real_path(store)
+    if inside(real, root) or inside(root, real):
+        raise BadInput(f"{option} {uri} ({real}) overlaps the store {root}: the tool never writes into a store")
+
+
 def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) -> list[pafs.FileInfo]:
-    """Directory entries of ``path``; names that are not UTF-8 are reported, not returned."""
+    """Directory entries of ``path``; names that are not UTF-8 and symbolic links are reported, not returned.
+
+    A link is never followed (inspect's rule too): it may lead out of the store, where nothing is audited or
+    written.
+    """
     out = []
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
@@ -34,6 +84,10 @@ def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) 
             info.base_name  # noqa: B018 - pyarrow decodes the name here
         except UnicodeDecodeError:
             findings.append(finding("hostile-name", rel, "an entry whose name is not UTF-8; not read"))
+            continue
+        if isinstance(fs, pafs.LocalFileSystem) and os.path.islink(info.path):
+            message = f"a symbolic link (to {os.readlink(info.path)!r}); not followed"
+            findings.append(finding("hostile-name", f"{rel}/{info.base_name}", message))
             continue
         out.append(info)
     return sorted(out, key=lambda i: i.base_name)

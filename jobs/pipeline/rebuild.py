@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, spark_schema
+from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.progress import Progress
 from storelib.checkpoint import Checkpoint
 from storelib.errors import BadInput, DamageStop
@@ -32,9 +33,10 @@ from storelib.indexfile import (
     index_file_size,
     needs_empty_tail_file,
 )
-from storelib.layout import COMMITLOG, deterministic_index_names, inside
+from storelib.layout import COMMITLOG, deterministic_index_names
 from storelib.report import REBUILD_REPORT, build_rebuild_report
 from storelib.segments import (
+    RECORD_DAMAGE,
     ListedFile,
     Segment,
     SegmentSummary,
@@ -42,6 +44,7 @@ from storelib.segments import (
     judge_ends,
     plan_parse_tasks,
     plan_segments,
+    settle_torn_tail,
 )
 from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
@@ -118,12 +121,12 @@ def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, 
 
 
 def read_summaries(scratch: str, segments: list[Segment]) -> dict[str, SegmentSummary]:
-    """The SegmentSummary every parse task left in ``scratch``, by segment name."""
+    """The SegmentSummary every parse task left in ``scratch``, by segment name (a crash tail settled)."""
     out = {}
     for s in segments:
         fs, path = resolve(summary_path(scratch, s.name))
         out[s.name] = SegmentSummary.from_json(read_file(fs, path).decode())
-    return out
+    return settle_torn_tail(segments, out)
 
 
 def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, Any]]:
@@ -189,9 +192,12 @@ def write_index_files(
 def judge(
     segments: list[Segment], summaries: dict[str, SegmentSummary], findings: list[Finding], on_error: str
 ) -> list[str]:
-    """Add the segments' end and damage findings; the segments to leave out (skip-segment), or DamageStop."""
+    """Add the segments' end and damage findings; the segments to leave out (skip-segment), or DamageStop.
+
+    Damage to one record is reported and loses only that record: it never stops or skips a segment.
+    """
     findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)
-    errors = [f for f in findings if f.severity == "error"]
+    errors = [f for f in findings if f.severity == "error" and f.kind not in RECORD_DAMAGE]
     if not errors:
         return []
     if on_error == "stop":
@@ -207,12 +213,12 @@ def judge(
     return skipped
 
 
-def check_output(store: str, out: str) -> None:
-    """OUT is never inside the store (nothing writes into a live store) nor the store inside OUT."""
-    _, store_path = resolve(store)
+def check_output(store: str, out: str, work_dir: str | None = None) -> None:
+    """OUT and the work directory are never inside the store, nor the store inside them, links followed."""
+    check_outside_store(store, out, "--out")
+    if work_dir is not None:
+        check_outside_store(store, work_dir, "--work-dir")
     fs, out_path = resolve(out)
-    if inside(out_path, store_path) or inside(store_path, out_path):
-        raise BadInput(f"--out {out} overlaps the store {store}: the rebuild never writes into a store")
     info = fs.get_file_info(out_path)
     if info.type == pafs.FileType.File:
         raise BadInput(f"--out {out} is a file")
@@ -254,7 +260,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     if on_error not in ON_ERROR:
         raise BadInput(f"on_error must be one of {ON_ERROR}")
     t0 = time.monotonic()
-    check_output(store, out)
+    check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run)
     with run.work_dir(out) as work:
         staging = in_place(out) if is_object_store(out) else f"{work}/out"

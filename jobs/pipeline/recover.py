@@ -23,27 +23,35 @@ import datetime as dt
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from jobs.liveness import broker_processes, is_local, local_path, lock_held
 from jobs.pipeline.audit import AuditResult, audit
 from jobs.pipeline.context import Run
+from jobs.pipeline.listing import check_outside_store, real_path
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
-from storelib.constants import CHECKPOINT_SIZE
-from storelib.errors import Refused
+from storelib.constants import CHECKPOINT_SIZE, CQ_STORE_UNIT_SIZE
+from storelib.consumequeue import decode_units, valid_prefix
+from storelib.errors import BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence, is_repairable
-from udfs.fs import join, read_file, resolve
+from storelib.layout import CONSUMEQUEUE, inside
+from udfs.fs import join, list_files, read_file, resolve
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "rmqstore-recover-backup/1"
 TMP_DIR = ".rmqstore-recover-tmp"
 #: findings the checkpoint update answers
 CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
+ACTIONS = ("replace", "create", "delete", "truncate")
+#: free space recover keeps in hand beyond what its files need (manifest, directories, metadata)
+SPACE_MARGIN = 1 << 20
 
 
 @dataclasses.dataclass
@@ -94,7 +102,7 @@ def plan(result: AuditResult, store: str, rebuilt: str, truncate_torn_tail: bool
             + "; ".join(f"{f.kind} {f.file}: {f.message}" for f in blocking[:5])
         )
     steps = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in result.repairs]
-    notes = []
+    steps, notes = _without_stopping_queues(steps, rebuilt)
     for f in result.findings:
         if f.kind != "commitlog-torn-tail":
             continue
@@ -112,6 +120,42 @@ def plan(result: AuditResult, store: str, rebuilt: str, truncate_torn_tail: bool
         if is_divergence(f) and not is_repairable(f) and not blocks_recover(f):
             notes.append(f"{f.kind} {f.file}: not something recover changes ({f.message})")
     return steps, notes
+
+
+def _without_stopping_queues(steps: list[Step], rebuilt: str) -> tuple[list[Step], list[str]]:
+    """Drop every step of a queue whose rebuilt files hold a unit the broker stops at; a note for each.
+
+    ``ConsumeQueue.recover`` reads a queue while ``offset >= 0 and size > 0``: a rebuilt queue with an invalid
+    unit before a sound entry (a queue offset the commitlog has no record for) would hide every entry after it.
+    Such a queue is left as it is in the store.
+    """
+    queues = sorted({posixpath.dirname(s.file) for s in steps if s.file.startswith(f"{CONSUMEQUEUE}/")})
+    stopping = {q: at for q in queues if (at := rebuilt_queue_stop(rebuilt, q)) is not None}
+    notes = [
+        f"{q}: left alone: the rebuilt queue has no entry for queue offset {at} (no record of it in the commitlog), "
+        "and the broker would stop reading the queue at that unit, hiding every entry after it"
+        for q, at in stopping.items()
+    ]
+    return [s for s in steps if posixpath.dirname(s.file) not in stopping], notes
+
+
+def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
+    """Queue offset of the first invalid unit of a rebuilt queue that a valid unit follows; None when there is none.
+
+    The files are read one at a time, in queue order.
+    """
+    fs, root = resolve(rebuilt)
+    stop = None
+    for f in list_files(fs, join(root, queue_dir)):
+        units = decode_units(read_file(fs, f.path))
+        valid = (units["offset"] >= 0) & (units["size"] > 0)
+        first = valid_prefix(units) if stop is None else len(units)
+        if first < len(units):
+            stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
+            valid = valid[first:]
+        if stop is not None and valid.any():
+            return stop
+    return None
 
 
 def _checkpoint(store: str, rebuilt: str) -> bytes:
@@ -163,31 +207,87 @@ def _replace_atomically(root: Path, target: Path, data: bytes) -> None:
         _fsync_dir(target.parent.parent.parent)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def default_backup_dir(store: str) -> Path:
     root = local_path(store)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return root.parent / f"{root.name}-rmqstore-backup-{stamp}"
 
 
-def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: BrokerConfig) -> dict[str, Any]:
-    """Back up, then change the store step by step; returns the manifest written to BACKUP/manifest.json."""
-    root = local_path(store)
-    backup = backup.resolve()
-    if _inside(backup, root) or _inside(root, backup):
-        raise Refused(f"backup directory {backup} overlaps the store {root}")
-    for s in steps:
-        target = (root / s.file).resolve()
-        if not _inside(target, root) or target == root:
-            raise Refused(f"{s.file} resolves to {target}, outside the store (a symlink?): refusing")
-    backup.mkdir(parents=True)  # fails when it exists: one backup per run
-    fs, rebuilt_root = resolve(rebuilt)
+def check_backup_dir(store: str, backup: Path) -> Path:
+    """The backup directory with its links followed: a new directory, outside the store (BadInput otherwise)."""
+    check_outside_store(store, str(backup), "--backup-dir")
+    if os.path.lexists(backup):
+        raise BadInput(f"--backup-dir {backup} exists: every --apply makes a new backup directory")
+    return Path(real_path(str(backup)))
+
+
+def store_target(root: Path, file: str) -> Path:
+    """``root / file`` with its links followed; Refused unless that lies strictly inside the store."""
+    target = Path(real_path(str(root / file)))
+    if Path(file).is_absolute() or target == root or not inside(str(target), str(root)):
+        raise Refused(f"{file!r} resolves to {target}, outside the store {root} (a symbolic link or '..'?): refusing")
+    return target
+
+
+def _new_size(s: Step, old_size: int, rebuilt_size: Callable[[str], int], cfg: BrokerConfig) -> int:
+    """The size of a step's new file (0 for a delete)."""
+    if s.action == "delete":
+        return 0
+    if s.action == "truncate":
+        return max(old_size, cfg.mappedFileSizeCommitLog)
+    return len(s.data) if s.data is not None else rebuilt_size(str(s.source))
+
+
+def check_free_space(
+    steps: list[Step], targets: list[Path], backup: Path, rebuilt_size: Callable[[str], int], cfg: BrokerConfig
+) -> None:
+    """Refuse before any change when the backup and the new files do not fit.
+
+    The store needs, at its peak, what the files grew by so far plus one new file under its temporary name;
+    the backup needs every old byte it keeps. Both count against one filesystem when they share it.
+    """
+    if not steps:
+        return
+    keep = grown = peak = 0
+    for s, target in zip(steps, targets):
+        old = target.stat().st_size if target.exists() else 0
+        new = _new_size(s, old, rebuilt_size, cfg)
+        keep += old - (s.offset or 0) if s.action != "create" else 0
+        peak = max(peak, grown + new)
+        grown += max(0, new - old)
+    store_dir, backup_dir = targets[0].parent, _existing_parent(backup)
+    while not store_dir.exists():
+        store_dir = store_dir.parent
+    needs = {store_dir: peak + SPACE_MARGIN, backup_dir: keep + SPACE_MARGIN}
+    if os.stat(store_dir).st_dev == os.stat(backup_dir).st_dev:
+        needs = {store_dir: peak + keep + SPACE_MARGIN}
+    for where, need in needs.items():
+        free = shutil.disk_usage(where).free
+        if free < need:
+            raise Refused(
+                f"not enough free space on the filesystem of {where}: {free:,} bytes free, recover needs {need:,} "
+                f"(backup {keep:,}, new files up to {peak:,}); nothing was changed"
+            )
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _missing_dirs(root: Path, targets: list[Path]) -> list[str]:
+    """Store-relative directories the targets need that do not exist yet, parents first."""
+    out: set[Path] = set()
+    for t in targets:
+        out |= {d for d in t.parents if inside(str(d), str(root)) and d != root and not d.exists()}
+    return [str(d.relative_to(root)) for d in sorted(out, key=lambda d: len(d.parts))]
+
+
+def _back_up(steps: list[Step], targets: list[Path], backup: Path) -> list[dict[str, Any]]:
+    """Copy every file a step changes into ``backup/files``, fsynced; the manifest's step entries."""
     entries = []
-    for i, s in enumerate(steps):
-        target = root / s.file
+    for i, (s, target) in enumerate(zip(steps, targets)):
         entry: dict[str, Any] = {"action": s.action, "file": s.file, "reason": s.reason, "backup": None}
         if s.action != "create" and target.exists():
             old = target.read_bytes()
@@ -199,35 +299,79 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
         entries.append(entry)
     for d in {(backup / e["backup"]).parent for e in entries if e["backup"]}:
         _fsync_dir(d)
+    return entries
+
+
+def _change(s: Step, target: Path, root: Path, rebuilt_file: Callable[[str], bytes], cfg: BrokerConfig) -> bytes:
+    """Make one step's change; the new content (empty for a delete)."""
+    if s.action == "delete":
+        target.unlink(missing_ok=True)
+        _fsync_dir(target.parent)
+        return b""
+    if s.action == "truncate":
+        old = target.read_bytes()
+        data = old[: s.offset] + bytes(max(len(old), cfg.mappedFileSizeCommitLog) - (s.offset or 0))
+    else:
+        data = s.data if s.data is not None else rebuilt_file(str(s.source))
+    _replace_atomically(root, target, data)
+    return data
+
+
+def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: BrokerConfig) -> dict[str, Any]:
+    """Back up, then change the store step by step; returns the manifest written to BACKUP/manifest.json.
+
+    Everything is checked before the first byte is written: every target inside the store, a new backup
+    directory outside it, enough free space. A failure while changing undoes what was changed.
+    """
+    root = local_path(store)
+    backup = check_backup_dir(store, backup)
+    targets = [store_target(root, s.file) for s in steps]
+    fs, rebuilt_root = resolve(rebuilt)
+    check_free_space(steps, targets, backup, lambda src: fs.get_file_info(join(rebuilt_root, src)).size, cfg)
     manifest = {
         "format": MANIFEST_FORMAT,
         "store": str(root),
         "created_at": dt.datetime.now(dt.UTC).isoformat(),
         "state": "backed-up",
-        "steps": entries,
+        "created_dirs": _missing_dirs(root, targets),
+        "steps": [],
     }
-    _write_manifest(backup, manifest)
-    for s, entry in zip(steps, entries):
-        target = root / s.file
-        if s.action == "delete":
-            target.unlink(missing_ok=True)
-            _fsync_dir(target.parent)
-            continue
-        if s.action == "truncate":
-            old = target.read_bytes()
-            size = max(len(old), cfg.mappedFileSizeCommitLog)
-            data = old[: s.offset] + bytes(size - s.offset)
-        elif s.data is not None:
-            data = s.data
-        else:
-            data = read_file(fs, join(rebuilt_root, s.source))
-        _replace_atomically(root, target, data)
+    backup.mkdir(parents=True)
+    try:
+        manifest["steps"] = _back_up(steps, targets, backup)
+        _write_manifest(backup, manifest)
+    except (OSError, Refused) as exc:
+        shutil.rmtree(backup, ignore_errors=True)
+        raise RmqStoreError(f"could not back up into {backup}: {exc}; nothing in the store was changed") from None
+    for step, entry, target in zip(steps, manifest["steps"], targets):
+        try:
+            data = _change(step, target, root, lambda src: read_file(fs, join(rebuilt_root, src)), cfg)
+        except BaseException as exc:  # a full disk, an I/O error, an interrupt: put back what was changed
+            _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
         entry["new_sha256"] = _sha256(data)
-        print(f"  done     {s.action} {s.file}", file=sys.stderr)
+        print(f"  done     {step.action} {step.file}", file=sys.stderr)
     manifest["state"] = "applied"
     _write_manifest(backup, manifest)
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)
     return manifest
+
+
+def _roll_back(root: Path, backup: Path, manifest: dict[str, Any], failure: str) -> NoReturn:
+    """After a failed change: put the store back from the backup, then raise saying what happened."""
+    shutil.rmtree(root / TMP_DIR, ignore_errors=True)  # the failed step's temporary file: space for the undo
+    try:
+        _restore(root, backup, manifest)
+        manifest["state"] = "rolled-back"
+        _write_manifest(backup, manifest)
+    except Exception as exc:
+        raise RmqStoreError(
+            f"recover --apply failed at {failure}; undoing it failed too ({exc}); the store is half-changed: "
+            f"once the cause is fixed run: rmqstore recover --store {root} --undo {backup}"
+        ) from None
+    raise RmqStoreError(
+        f"recover --apply failed at {failure}; every change was undone, the store is as it was "
+        f"(backup kept in {backup})"
+    )
 
 
 def _write_manifest(backup: Path, manifest: dict[str, Any]) -> None:
@@ -237,17 +381,46 @@ def _write_manifest(backup: Path, manifest: dict[str, Any]) -> None:
     _fsync_dir(backup)
 
 
-def undo(store: str, backup: Path) -> dict[str, Any]:
-    """Put back every file of BACKUP's manifest (reverse order) and delete the files recover created."""
-    check_stopped(store)
-    root = local_path(store)
-    manifest = json.loads((backup / MANIFEST).read_text())
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise Refused(f"{backup / MANIFEST} is not a recover backup manifest")
-    if Path(manifest["store"]) != root:
-        raise Refused(f"backup {backup} is of the store {manifest['store']}, not {root}")
+def read_manifest(backup: Path, root: Path) -> dict[str, Any]:
+    """BACKUP/manifest.json, refused unless it is what ``apply`` writes for this store, every path inside it."""
+    path = backup / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path} is not a readable recover manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise BadInput(f"{path} is not a recover backup manifest (format {MANIFEST_FORMAT})")
+    if manifest.get("store") != str(root):
+        raise Refused(f"backup {backup} is of the store {manifest.get('store')!r}, not {root}")
+    steps, dirs = manifest.get("steps"), manifest.get("created_dirs", [])
+    if not isinstance(steps, list) or not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise BadInput(f"{path}: 'steps' and 'created_dirs' must be lists as recover writes them")
+    for entry in steps:
+        if not _is_step_entry(entry):
+            raise BadInput(f"{path}: {str(entry)[:200]} is not a step recover writes")
+        store_target(root, entry["file"])
+        saved = real_path(str(backup / entry["backup"])) if entry["backup"] is not None else None
+        if saved is not None and not inside(saved, real_path(str(backup))):
+            raise Refused(f"{path}: backup copy {entry['backup']!r} lies outside the backup directory")
+    for d in dirs:
+        store_target(root, d)
+    return manifest
+
+
+def _is_step_entry(entry: object) -> bool:
+    """A manifest step as ``apply`` writes it: action, file, and for a backed-up file its copy and sha256."""
+    if not isinstance(entry, dict) or entry.get("action") not in ACTIONS or not isinstance(entry.get("file"), str):
+        return False
+    if "backup" not in entry or entry["backup"] is None:
+        return "backup" in entry
+    offset_ok = entry["action"] != "truncate" or isinstance(entry.get("offset"), int)
+    return isinstance(entry["backup"], str) and isinstance(entry.get("sha256"), str) and offset_ok
+
+
+def _restore(root: Path, backup: Path, manifest: dict[str, Any]) -> None:
+    """Put back every backed-up file (reverse order), delete created files, then the directories recover made."""
     for entry in reversed(manifest["steps"]):
-        target = root / entry["file"]
+        target = store_target(root, entry["file"])
         if entry["backup"] is None:  # the file did not exist before: recover created it
             if target.exists():
                 target.unlink()
@@ -255,13 +428,25 @@ def undo(store: str, backup: Path) -> dict[str, Any]:
             continue
         saved = (backup / entry["backup"]).read_bytes()
         if entry["action"] == "truncate":
-            current = target.read_bytes()
-            saved = current[: entry["offset"]] + saved
+            saved = target.read_bytes()[: entry["offset"]] + saved
         if _sha256(saved) != entry["sha256"]:
             raise Refused(f"backup of {entry['file']} does not match its sha256 in the manifest")
         _replace_atomically(root, target, saved)
         print(f"  restored {entry['file']}", file=sys.stderr)
+    for d in reversed(manifest.get("created_dirs", [])):
+        path = store_target(root, d)
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+            _fsync_dir(path.parent)
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)
+
+
+def undo(store: str, backup: Path) -> dict[str, Any]:
+    """Put back every file of BACKUP's manifest (reverse order) and delete the files and directories recover created."""
+    check_stopped(store)
+    root = local_path(store)
+    manifest = read_manifest(backup, root)
+    _restore(root, backup, manifest)
     manifest["state"] = "undone"
     _write_manifest(backup, manifest)
     return manifest
@@ -282,6 +467,7 @@ def recover(
     Returns the exit code: 0 done (or nothing to do), 1 repairable findings remain after applying.
     """
     check_stopped(store)
+    backup = check_backup_dir(store, backup_dir or default_backup_dir(store)) if do_apply else None
     before = audited or audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
     if before.exit_code == 2:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
@@ -294,11 +480,10 @@ def recover(
     print(f"recover plan ({len(steps)} steps):")
     for s in steps:
         print(s.describe())
-    if not do_apply:
+    if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
         return 0
     check_stopped(store)
-    backup = backup_dir or default_backup_dir(store)
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
     after = audit(run, store, rebuilt, report_dir and join(report_dir, "after"))
