@@ -63,6 +63,11 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """``--broker-config``; for a verb with ``--store``, the segment size is read off its files when unset."""
+    if getattr(args, "store", None) and not getattr(args, "undo", None):
+        from jobs.pipeline.listing import store_broker_config
+
+        return store_broker_config(args.store, getattr(args, "broker_config", None))
     return load_broker_config(getattr(args, "broker_config", None))
 
 
@@ -113,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     _depth += 1
     try:
         return module.run(args)
-    except (RmqStoreError, FileNotFoundError, PermissionError) as exc:
+    except (RmqStoreError, OSError) as exc:
         print(f"rmqstore {args.verb}: error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except Exception as exc:  # a Spark job failed: one line naming it, never a traceback
+        first = next(iter(str(exc).strip().splitlines()), "")
+        print(f"rmqstore {args.verb}: error: {type(exc).__name__}: {first}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         print(f"rmqstore {args.verb}: interrupted", file=sys.stderr)

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, print_findings, spark_run
-from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, rebuild
+from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, check_output, rebuild
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, DamageStop
 from storelib.findings import Finding
 
@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.store, args.out, args.work_dir)  # refused before Spark starts
     run_ = spark_run("rmqstore-rebuild", args, broker_config(args))
     try:
         result = rebuild(run_, args.store, args.out, args.on_error)

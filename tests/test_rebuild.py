@@ -81,7 +81,7 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
     store = copy_store("clean", tmp_path / "store")
     seg = store / "commitlog" / "00000000000000393216"
     data = bytearray(seg.read_bytes())
-    data[1000:1016] = b"\xde\xad\xbe\xef" * 4  # lands inside a record: framing from there on is lost
+    data[0:16] = b"\xde\xad\xbe\xef" * 4  # over the segment's first TOTALSIZE and magic: framing is lost
     seg.write_bytes(bytes(data))
     out = tmp_path / "out"
     with pytest.raises(DamageStop) as err:
@@ -90,7 +90,7 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
     assert [p.name for p in tmp_path.iterdir()] == ["store"]
     errors = [f for f in err.value.findings if f.severity == "error"]
     assert len(errors) == 1 and errors[0].file == "commitlog/00000000000000393216"
-    assert 393216 < errors[0].commitlog_offset <= 393216 + 1000
+    assert (errors[0].kind, errors[0].commitlog_offset) == ("segment-bad-magic", 393216)
 
     result = rebuild(Run(spark, cfg), str(store), str(out), on_error="skip-segment")
     kinds = {f["kind"] for f in result.report["findings"]}

@@ -26,10 +26,12 @@ class Run:
     startup: float = 0.0  # seconds Spark took to start
 
     @contextlib.contextmanager
-    def work_dir(self, beside: str) -> Iterator[str]:
+    def work_dir(self, beside: str, same_filesystem: bool = False) -> Iterator[str]:
         """A new directory for what executors write and later stages read, on a filesystem every executor
-        sees: under ``--work-dir``, else next to ``beside`` (the output). Removed afterwards, even on failure."""
-        parent = self.work_root or posixpath.dirname(beside.rstrip("/")) or "."
+        sees: under ``--work-dir``, else next to ``beside`` (the output); always next to it with
+        ``same_filesystem`` (staging that is published by rename). Removed afterwards, even on failure."""
+        parent = None if same_filesystem else self.work_root
+        parent = parent or posixpath.dirname(beside.rstrip("/")) or "."
         uri = f"{parent.rstrip('/')}/.rmqstore-work-{uuid.uuid4().hex[:12]}"
         fs, path = resolve(uri)
         fs.create_dir(path, recursive=True)

@@ -262,8 +262,8 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run)
-    with run.work_dir(out) as work:
-        staging = in_place(out) if is_object_store(out) else f"{work}/out"
+    with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
+        staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
         runs = parse_store(run, segments, "dispatch", scratch)
         with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments)):
