@@ -42,6 +42,7 @@ from storelib.consumequeue import decode_units, valid_prefix
 from storelib.errors import BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence, is_repairable
 from storelib.layout import CONSUMEQUEUE, inside
+from storelib.verdict import closing_line, plan_lines
 from udfs.fs import join, list_files, read_file, resolve
 
 MANIFEST = "manifest.json"
@@ -63,10 +64,6 @@ class Step:
     data: bytes | None = None  # new content computed here (the checkpoint)
     offset: int | None = None  # truncate: file offset from which the file is zeroed
 
-    def describe(self) -> str:
-        what = {"truncate": f"zero from file offset {self.offset} to the end"}.get(self.action, "")
-        src = f" <- rebuilt {self.source}" if self.source else ""
-        return f"  {self.action:8} {self.file}{src}{' (' + what + ')' if what else ''}  [{self.reason}]"
 
 
 # --- refusing -------------------------------------------------------------------------------
@@ -477,9 +474,7 @@ def recover(
     if not steps:
         print("recover: nothing to change")
         return 0
-    print(f"recover plan ({len(steps)} steps):")
-    for s in steps:
-        print(s.describe())
+    print("\n".join(plan_lines(before.report, [vars(s) for s in steps], str(backup) if backup else None)))
     if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
         return 0
@@ -487,9 +482,9 @@ def recover(
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
     after = audit(run, store, rebuilt, report_dir and join(report_dir, "after"))
-    left = [f for f in after.findings if is_repairable(f)]
     for f in after.findings:
         if is_divergence(f):
             print(f"  after: {f.severity.upper():7} {f.kind}: {f.file}: {f.message}")
-    print(f"recover: re-audit: {len(left)} repairable findings left, exit code {after.exit_code}")
-    return 1 if left else 0
+    line, code = closing_line(after.report)
+    print(line)
+    return code
