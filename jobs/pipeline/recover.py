@@ -65,7 +65,6 @@ class Step:
     offset: int | None = None  # truncate: file offset from which the file is zeroed
 
 
-
 # --- refusing -------------------------------------------------------------------------------
 
 
