@@ -34,6 +34,7 @@ class Progress:
 
     def _run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
+        last, ticks = -1, 0
         while not self._stop.wait(self.every):
             done = 0
             for job in tracker.getJobIdsForGroup(self.group):
@@ -42,9 +43,13 @@ class Progress:
                     s = tracker.getStageInfo(stage)
                     if s and s.numTasks == self.total:
                         done = max(done, s.numCompletedTasks)
-            mb = self.bytes * done / max(1, self.total) / 1e6
+            ticks = 0 if done != last else ticks + 1
+            last = done
+            if ticks % 5:  # unchanged: say so every 5th tick only
+                continue
+            mb = f", {self.bytes * done / max(1, self.total) / 1e6:,.0f} MB" if self.bytes else ""
             print(
-                f"  {self.label}: {done}/{self.total} tasks, {mb:,.0f} MB, {time.monotonic() - self.t0:.0f} s",
+                f"  {self.label}: {done}/{self.total} tasks{mb}, {time.monotonic() - self.t0:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
