@@ -4,10 +4,10 @@ Every function works on a uint8 array of segment bytes and int64 positions into 
 run) per loop iteration, and returns numpy arrays; the format rules live in the callers' docstrings
 (``storelib.commitlog``, ``storelib.javahash``, ``storelib.dispatch``, ``storelib.indexfile``).
 
-Compiled code is cached (``cache=True``): next to this file when that directory is writable, else in
-``NUMBA_CACHE_DIR`` if set, else ``~/.cache/rmq-store-rebuild/numba`` or the temp directory. A kernel
-imported from a zip (``spark-submit --py-files``) is compiled from a copy of its source in that cache
-directory, since numba caches only functions whose source is a real file.
+Compiled code is cached (``cache=True``): in ``NUMBA_CACHE_DIR`` when set, else next to this file when
+that directory is writable, else in ``~/.cache/rmq-store-rebuild/numba`` or the temp directory. A kernel
+imported from a zip (``spark-submit --py-files``) runs from a copy of its source in that cache directory
+(see below why).
 """
 
 from __future__ import annotations
@@ -68,14 +68,21 @@ else:
     if _CACHE is not None:
         numba.config.CACHE_DIR = str(_CACHE)
 
-    MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
-    MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB
-    FLAG_BORNHOST_V6 = 0x1 << 4
-    FLAG_STOREHOST_V6 = 0x1 << 5
-    PROPERTY_SEPARATOR = 2
-    NAME_VALUE_SEPARATOR = 1
-    KEY_SEPARATOR = 32
-    REPLACEMENT = 0xFFFD
+    from storelib.constants import (
+        FLAG_BORNHOST_V6,
+        FLAG_STOREHOST_V6,
+        KEY_SEPARATOR,
+        MESSAGE_MAGIC_CODE,
+        MESSAGE_MAGIC_CODE_V2,
+        NAME_VALUE_SEPARATOR,
+        PROPERTY_SEPARATOR,
+    )
+
+    # numba reads module globals as compile-time constants: the separators as byte values
+    PROPERTY_SEPARATOR_BYTE = ord(PROPERTY_SEPARATOR)
+    NAME_VALUE_SEPARATOR_BYTE = ord(NAME_VALUE_SEPARATOR)
+    KEY_SEPARATOR_BYTE = ord(KEY_SEPARATOR)
+    REPLACEMENT = 0xFFFD  # U+FFFD, what an invalid UTF-8 sequence decodes to
 
     def _crc_table() -> np.ndarray:
         """Slicing-by-8 tables of the reflected CRC-32 polynomial 0xEDB88320 (zlib's crc32)."""
@@ -282,14 +289,14 @@ else:
             end = p + length[i]
             while p < end:  # one piece per turn
                 piece = p
-                while p < end and a[p] != NAME_VALUE_SEPARATOR and a[p] != PROPERTY_SEPARATOR:
+                while p < end and a[p] != NAME_VALUE_SEPARATOR_BYTE and a[p] != PROPERTY_SEPARATOR_BYTE:
                     p += 1
-                if p == end or a[p] == PROPERTY_SEPARATOR:  # no name/value separator: not a property
+                if p == end or a[p] == PROPERTY_SEPARATOR_BYTE:  # no name/value separator: not a property
                     p += 1
                     continue
                 eq = p
                 p += 1
-                while p < end and a[p] != PROPERTY_SEPARATOR:
+                while p < end and a[p] != PROPERTY_SEPARATOR_BYTE:
                     p += 1
                 if eq > piece and p > eq + 1:
                     lo = 0
@@ -410,7 +417,7 @@ else:
             tok = keys_start[i]
             end = tok + keys_len[i]
             for p in range(tok, end + 1):
-                if p == end or a[p] == KEY_SEPARATOR:
+                if p == end or a[p] == KEY_SEPARATOR_BYTE:
                     if p > tok:
                         record[m], start[m], length[m] = i, tok, p - tok
                         m += 1
