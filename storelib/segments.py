@@ -51,6 +51,7 @@ class Damage:
     kind: str
     commitlog_offset: int
     detail: str
+    messages_after: int = 0  # message records of its segment at or after it (what a truncation there loses)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,3 +225,17 @@ def plan_parse_tasks(segments: list[Segment], target_bytes: int) -> list[list[Se
             tasks.append([s])
             size = s.size
     return tasks
+
+
+def messages_from(segments: list[Segment], summaries: Mapping[str, SegmentSummary], offset: int) -> int:
+    """Message records at or after commitlog ``offset``: what the broker's truncation there takes from consumers.
+
+    Exact when ``offset`` is a damaged record or where a segment's records end; later segments count whole."""
+    out = 0
+    for seg in segments:
+        s = summaries[seg.name]
+        if seg.start > offset:
+            out += s.messages
+        elif offset < seg.start + seg.size:
+            out += next((d.messages_after for d in s.damage if d.commitlog_offset == offset), 0)
+    return out

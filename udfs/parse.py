@@ -15,6 +15,7 @@ a temporary name and moved into place, so a task that runs twice leaves the same
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import zlib
@@ -145,8 +146,10 @@ class _Tally:
         self.last_cq_ts = 0
         self.damage: list[Damage] = []
         self.crc = 0
+        self.after: dict[int, int] = {}  # damaged record's offset -> message records at or after it
 
-    def add(self, b: RecordBatch, d: Dispatch) -> None:
+    def add(self, b: RecordBatch, d: Dispatch, damaged: list[int]) -> None:
+        """Take a batch; ``damaged``: the commitlog offsets of the damaged records found so far."""
         for column in (b.physical_offset, b.total_size, b.body_crc, b.queue_id, b.queue_offset, b.sys_flag):
             self.crc = zlib.crc32(column.tobytes(), self.crc)
         for column in (b.store_timestamp, d.tags_code, d.index_key_hash):
@@ -161,6 +164,8 @@ class _Tally:
         for i, value in d.bad_delay:
             offset = int(b.physical_offset[i])
             self.damage.append(Damage("bad-delay-level", offset, f"DELAY={value!r} is not an integer"))
+        for offset in damaged + [x.commitlog_offset for x in self.damage]:
+            self.after[offset] = self.after.get(offset, 0) + int((b.physical_offset >= offset).sum())
 
 
 def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> Iterator[pa.RecordBatch]:
@@ -178,12 +183,14 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
                     d = dispatch_batch(b, cfg)
                     yield cq_runs(seg.name, b, d) if mode == "dispatch" else message_rows(seg.name, b, d)
                     index_out.write(index_entries(b, d))
-                    tally.add(b, d)
+                    tally.add(b, d, [x.offset for x in scanner.damage])
             end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")
     sfs.move(entries_path + ".tmp", entries_path)
-    damage = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
+    found = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
+    damage = [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in found]
+    damage += [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in tally.damage]
     summary = SegmentSummary(
         segment=seg.name,
         end_reason=end[0],
@@ -197,7 +204,7 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
         last_message_offset=tally.last_message_offset,
         worker_peak_rss=peak_rss(),
         fingerprint=f"crc32:{tally.crc:08x}:{scanner.messages if scanner else 0}",
-        damage=tuple(sorted(damage + tally.damage, key=lambda x: x.commitlog_offset)),
+        damage=tuple(sorted(damage, key=lambda x: x.commitlog_offset)),
     )
     _, spath = resolve(summary_path(scratch, seg.name))
     write_file(sfs, spath + ".tmp", summary.to_json().encode())

@@ -35,7 +35,7 @@ from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
-from storelib.segments import Segment, damage_findings, judge_ends
+from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
 from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
@@ -72,6 +72,8 @@ class Audit:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     facts: list[SegmentFacts] = dataclasses.field(default_factory=list)
+    segments: list[Segment] = dataclasses.field(default_factory=list)  # the audited ones
+    summaries: dict[str, SegmentSummary] = dataclasses.field(default_factory=dict)
     checkpoint: Checkpoint | None = None  # the live one
     abort: bool = False
 
@@ -127,6 +129,7 @@ def _audit(
     a: Audit, audited: list[Segment], listing: list[Finding], summaries: dict[str, Any], before: dict[str, Any]
 ) -> AuditResult:
     """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
+    a.segments, a.summaries = audited, summaries
     a.findings = listing + judge_ends(audited, summaries) + damage_findings(audited, summaries)
     a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if f["kind"] in REBUILD_KINDS]
     described = [s for s in a.rebuild_report["commitlog"]["segments"] if s["start"] >= a.scope.start]
@@ -233,4 +236,4 @@ def _messages_lost(a: Audit, findings: list[Finding]) -> int | None:
     cut = next((f.commitlog_offset for f in findings if f.kind == "recovery-would-truncate"), None)
     if cut is None or cut < a.scope.start:
         return None
-    return a.records.where(a.records.commitlog_offset >= cut).count()
+    return messages_from(a.segments, a.summaries, cut)
