@@ -53,6 +53,10 @@ class BrokerConfig:
         """The dispatch rules of ``brokerVersion`` (storelib.versions)."""
         return rules_for(self.brokerVersion or "4.9")
 
+    def is_batch_cq(self, topic: str) -> bool:
+        """The topic's units go to a BatchConsumeQueue: a BatchCQ topic under 5.0+ rules."""
+        return self.rules.batch_cq and topic in self.batchCQTopics
+
     @property
     def multi_dispatch_to_files(self) -> bool:
         """LMQ units go into file ConsumeQueues: ``enableMultiDispatch``, unless 5.5.0 keeps LMQ in RocksDB."""

@@ -45,12 +45,12 @@ from storelib.constants import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.javahash import combine_hash, index_key_hash, java_hash_batch, java_hash_utf8_runs
+from storelib.versions import CRC32_PIECE
 
 _JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX
-CRC32_RESERVED_LEN = 20  # CommitLog.CRC32_RESERVED_LEN: __CRC32# 0x01 ten digits 0x02
 TAG_KEY_INFIX = "T#"  # MessageConst.INDEX_TAG_TYPE "T", then the key separator
 
 
@@ -200,7 +200,7 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
     prefixes = java_hash_batch([f"{t}#{infix}" for infix in ("", TAG_KEY_INFIX) for t in batch.topic_names])
     prefix = prefixes[batch.topic_code[record] + tag_key * len(batch.topic_names)]
     full_hash = combine_hash(prefix, key_hash, key_units) if len(record) else key_hash
-    batch_cq = to_cq & np.isin(batch.topic_code, _topic_codes(batch, cfg.batchCQTopics if cfg.rules.batch_cq else ()))
+    batch_cq = to_cq & np.isin(batch.topic_code, [c for c, t in enumerate(batch.topic_names) if cfg.is_batch_cq(t)])
     base, size = _batch_fields(batch, values)
     return Dispatch(
         batch=batch,
@@ -217,10 +217,6 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
         bad_crc_property=_bad_crc_property(batch, values[PROPERTY_CRC32]) if cfg.checkCRCOnRecover else [],
         values={k: values[k] for k in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)},
     )
-
-
-def _topic_codes(batch: RecordBatch, topics: tuple[str, ...]) -> list[int]:
-    return [c for c, t in enumerate(batch.topic_names) if t in topics]
 
 
 def _with_tag_keys(
@@ -302,7 +298,7 @@ def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarra
     for i in np.flatnonzero(start >= 0).tolist():
         stored = property_crc(_text(batch.buf, start[i], length[i]))
         begin = int(record_start[i])
-        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & 0x7FFFFFFF
         if stored != computed:
             out.append((i, f"__CRC32# {stored if stored is not None else 'unreadable'} stored, {computed} computed"))
     return out

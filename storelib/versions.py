@@ -18,8 +18,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
+
+from storelib.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch
 from storelib.errors import ConfigError
 
+CRC32_NAME = b"__CRC32#"
+CRC32_PIECE = 20  # CommitLog.CRC32_RESERVED_LEN: __CRC32# 0x01, ten digits least significant first, 0x02
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?\Z")
 
 
@@ -112,6 +117,23 @@ class StoreFacts:
     crc_property_records: int = 0  # sampled records holding __CRC32#
     tag_keys_found: int | None = None  # sampled tagged records whose topic#T#tags chain leads to them
     tag_keys_checked: int = 0  # sampled tagged records inside a live IndexFile whose UNIQ_KEY was found
+
+
+def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, properties ending in
+    0x02, and a ``__CRC32#`` piece as the last 20 bytes."""
+    record_start = b.props_start + b.props_len - b.total_size
+    magic = b.buf[record_start[:, None] + np.arange(4, 8)].view(">i4").ravel()
+    props_end = b.props_start + b.props_len
+    has_props = b.props_len > 0
+    tail = b.buf[np.maximum(props_end - CRC32_PIECE, 0)[:, None] + np.arange(len(CRC32_NAME))]
+    crc = (tail == np.frombuffer(CRC32_NAME, np.uint8)).all(axis=1) & (b.props_len >= CRC32_PIECE)
+    return {
+        "v2_records": counts.get("v2_records", 0) + int((magic == MESSAGE_MAGIC_CODE_V2).sum()),
+        "props_records": counts.get("props_records", 0) + int(has_props.sum()),
+        "props_ending_02": counts.get("props_ending_02", 0) + int((has_props & (b.buf[props_end - 1] == 2)).sum()),
+        "crc_property_records": counts.get("crc_property_records", 0) + int(crc.sum()),
+    }
 
 
 _ROCKSDB_FILES = re.compile(r"(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))\Z")
