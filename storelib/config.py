@@ -34,6 +34,7 @@ class BrokerConfig:
     messageIndexEnable: bool = True
     enableConsumeQueueExt: bool = False
     checkCRCOnRecover: bool = True
+    forceVerifyPropCRC: bool = False  # 5.2+: recovery checks __CRC32# instead of BODYCRC
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     #: hashSlotCount rule: "occupied" (current brokers) or "every-put" (very old brokers)
     hashSlotCountRule: str = "occupied"

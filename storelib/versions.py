@@ -150,7 +150,7 @@ def clues(f: StoreFacts) -> list[Clue]:
     if rocks:
         out.append(Clue("rocksdb-consumequeue", f"RocksDB files in consumequeue/: {', '.join(rocks[:3])}", v52))
     cp = f.checkpoint.ljust(48, b"\0")
-    for at, name, since in ((24, "masterFlushedOffset", v50), (32, "confirmPhyOffset", v511), (40, "@40", v55)):
+    for at, name, since in ((24, "masterFlushedOffset", v50), (32, "confirmPhyOffset", v511), (40, "logicsPhysicalOffset", v55)):
         if any(cp[at : at + 8]):
             out.append(Clue(f"checkpoint {name}", f"checkpoint bytes {at}..{at + 7} are set", at_least=since))
     if f.v2_records:

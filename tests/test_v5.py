@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from storelib import batchcq
+from storelib.audit import classify_batch_queue
 from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.consumequeue import QueueFiles
@@ -258,3 +259,45 @@ def test_a_4_9_checkpoint_has_no_5_x_fields() -> None:
     cp = (1).to_bytes(8, "big") * 3 + bytes(4096 - 24)
     assert detect(StoreFacts(checkpoint=cp))[0].name == "4.9"
     assert detect(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:]))[0].name == "5.0"
+
+
+# --- BatchConsumeQueue audit -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bcq_queue(v5_fixture: Path) -> tuple[BrokerConfig, dict[str, bytes]]:
+    root = v5_fixture / "clean"
+    cfg = store_config(root, v5_fixture / "broker.conf", "5.5")
+    q = root / "batchconsumequeue" / "TopicBatchCQ" / "0"
+    return cfg, {p.name: p.read_bytes() for p in q.iterdir()}
+
+
+def unit_at(data: bytes, k: int) -> tuple[int, ...]:
+    """Unit k of a BatchConsumeQueue file read by hand: offset, size, tagsCode, storeTime, base, batchSize."""
+    import struct
+
+    return struct.unpack_from(">qiqqqh", data, k * 46)
+
+
+def test_a_healthy_batch_queue_is_clean(bcq_queue) -> None:
+    cfg, files = bcq_queue
+    qa = classify_batch_queue("TopicBatchCQ", 0, files, files, cfg, 0, 1_438_095)
+    assert qa.findings == []
+    assert (qa.row["live_entries"], qa.row["live_end"], qa.row["rebuilt_end"]) == (38, 151, 151)
+    base, batch_size = unit_at(files["00000000000000000000"], 37)[4:]
+    assert base + batch_size == 151
+
+
+def test_batch_queue_damage_is_named(bcq_queue) -> None:
+    cfg, files = bcq_queue
+    name = "00000000000000000000"
+    data = bytearray(files[name])
+    lost_tail = bytes(data[: 36 * 46]).ljust(len(data), b"\0")  # the last two units never written
+    qa = classify_batch_queue("TopicBatchCQ", 0, {name: lost_tail}, files, cfg, 0, 1_438_095)
+    assert [(f.kind, f.count, f.queue_offset) for f in qa.findings] == [("cq-missing-tail", 2, unit_at(data, 36)[4])]
+    assert qa.write == [name]
+    data[5 * 46 + 8 : 5 * 46 + 12] = (999).to_bytes(4, "big")  # unit 5's size
+    qa = classify_batch_queue("TopicBatchCQ", 0, {name: bytes(data)}, files, cfg, 0, 1_438_095)
+    assert [(f.kind, f.file_offset) for f in qa.findings] == [("cq-wrong-entries", 5 * 46)]
+    qa = classify_batch_queue("TopicBatchCQ", 0, {}, files, cfg, 0, 1_438_095)
+    assert [f.kind for f in qa.findings] == ["cq-missing-queue"]

@@ -1,4 +1,8 @@
-"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it."""
+"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it.
+
+ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
+units in batchconsumequeue/) through ``audit_batch_queue`` below, which runs on the executors too.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueAudit, queue_repairs
+from storelib.audit import QueueAudit, classify_batch_queue, queue_repairs
+from storelib.batchcq import BATCH_CONSUMEQUEUE, batch_queue_dir
+from storelib.config import BrokerConfig
 from storelib.constants import SCHEDULE_TOPIC
 from storelib.findings import Finding
+from storelib.layout import is_valid_topic, parse_offset_name, parse_queue_id
 from udfs.audit import audit_queue
+from udfs.fs import join, list_files, read_file, resolve
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
@@ -41,8 +49,9 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         touched = {(r["topic"], r["queue_id"]) for r in a.records.select("topic", "queue_id").distinct().collect()}
         a.scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
         keys = [k for k in keys if k in touched]
+    out = _audit_batch_queues(a)
     if not keys:
-        return []
+        return out
     rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
     schedule = (
         a.records.where((F.col("topic") == SCHEDULE_TOPIC) & F.col("to_consume_queue"))
@@ -58,7 +67,6 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
         .collect()
     )
-    out = []
     for r in map(json.loads, results):
         a.findings += [Finding.from_dict(f) for f in r["findings"]]
         if r["row"]:
@@ -66,3 +74,60 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
             qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
             a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))
     return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
+
+
+def list_batch_queues(store: str) -> dict[tuple[str, int], list[str]]:
+    """batchconsumequeue/<topic>/<queueId>/<20-digit start>: {(topic, queueId): file names}; other names are
+    not BatchConsumeQueue files and are left out."""
+    fs, root = resolve(store)
+    base = join(root, BATCH_CONSUMEQUEUE)
+    out: dict[tuple[str, int], list[str]] = {}
+    for info in list_files(fs, base, recursive=True):
+        parts = info.path[len(base) + 1 :].split("/")
+        if len(parts) == 3 and is_valid_topic(parts[0]) and parse_offset_name(parts[2]) is not None:
+            queue_id = parse_queue_id(parts[1])
+            if queue_id is not None:
+                out.setdefault((parts[0], queue_id), []).append(parts[2])
+    return out
+
+
+def audit_batch_queue(
+    key: tuple[str, int],
+    names: tuple[list[str], list[str]],
+    store: str,
+    rebuilt: str,
+    cfg: BrokerConfig,
+    cl: tuple[int, int],
+) -> dict[str, Any]:
+    """On an executor: one BatchConsumeQueue's live and rebuilt files read and classified (QueueAudit fields)."""
+    rel = batch_queue_dir(*key)
+
+    def read(uri: str, files: list[str]) -> dict[str, bytes]:
+        fs, root = resolve(uri)
+        return {n: read_file(fs, join(root, rel, n)) for n in files}
+
+    qa = classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)
+    return {"findings": [f.to_dict() for f in qa.findings], "row": qa.row, "write": qa.write, "delete": qa.delete}
+
+
+def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
+    """Every BatchConsumeQueue, live or rebuilt, one task each: findings and repairs into ``a``; their rows."""
+    live, built = list_batch_queues(a.store), list_batch_queues(a.rebuilt)
+    keys = sorted(set(live) | set(built))
+    if not keys:
+        return []
+    store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
+    cl = (a.rebuild_report["commitlog"]["min_offset"], a.rebuild_report["commitlog"]["max_offset"])
+    tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
+    results = (
+        a.run.spark.sparkContext.parallelize(tasks, min(len(tasks), 200))
+        .map(lambda t: audit_batch_queue(t[0], t[1], store, rebuilt, cfg, cl))
+        .collect()
+    )
+    out = []
+    for (key, (live_names, _)), r in zip(tasks, results):
+        a.findings += [Finding.from_dict(f) for f in r["findings"]]
+        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], batch_queue_dir(*key))
+        a.repairs += queue_repairs(qa, live_names)
+        out.append(r["row"])
+    return out
