@@ -54,9 +54,17 @@ class BrokerConfig:
         """The dispatch rules of ``brokerVersion`` (storelib.versions)."""
         return rules_for(self.brokerVersion or "4.9")
 
+    @property
+    def rocksdb_consume_queue(self) -> bool:
+        return self.storeType == "defaultRocksDB"
+
     def is_batch_cq(self, topic: str) -> bool:
-        """The topic's units go to a BatchConsumeQueue: a BatchCQ topic under 5.0+ rules."""
-        return self.rules.batch_cq and topic in self.batchCQTopics
+        """The topic's units go to a BatchConsumeQueue: a BatchCQ topic under 5.0+ rules, in a file store."""
+        return self.rules.batch_cq and not self.rocksdb_consume_queue and topic in self.batchCQTopics
+
+    def dense_queue_offsets(self, topic: str) -> bool:
+        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store (by INNER_NUM)."""
+        return not (self.rocksdb_consume_queue and topic in self.batchCQTopics)
 
     @property
     def multi_dispatch_to_files(self) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 
 from storelib.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch
 from storelib.errors import ConfigError
+from storelib.rocksdbcq import ROCKSDB_FILE, is_rocksdb
 
 CRC32_NAME = b"__CRC32#"
 CRC32_PIECE = 20  # CommitLog.CRC32_RESERVED_LEN: __CRC32# 0x01, ten digits least significant first, 0x02
@@ -136,9 +137,6 @@ def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
     }
 
 
-_ROCKSDB_FILES = re.compile(r"(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))\Z")
-
-
 def clues(f: StoreFacts) -> list[Clue]:
     """Every clue the facts hold, in a fixed order."""
     out = []
@@ -146,11 +144,15 @@ def clues(f: StoreFacts) -> list[Clue]:
     for entry in ("batchconsumequeue", "timerlog", "timerwheel"):
         if entry in f.root_entries:
             out.append(Clue(f"{entry}/", f"the store root holds {entry} (5.0.0+)", at_least=v50))
-    rocks = sorted(e for e in f.consumequeue_entries if _ROCKSDB_FILES.match(e))
-    if rocks:
+    rocks = sorted(e for e in f.consumequeue_entries if ROCKSDB_FILE.match(e))
+    if is_rocksdb(f.consumequeue_entries):
         out.append(Clue("rocksdb-consumequeue", f"RocksDB files in consumequeue/: {', '.join(rocks[:3])}", v52))
     cp = f.checkpoint.ljust(48, b"\0")
-    for at, name, since in ((24, "masterFlushedOffset", v50), (32, "confirmPhyOffset", v511), (40, "logicsPhysicalOffset", v55)):
+    for at, name, since in (
+        (24, "masterFlushedOffset", v50),
+        (32, "confirmPhyOffset", v511),
+        (40, "logicsPhysicalOffset", v55),
+    ):
         if any(cp[at : at + 8]):
             out.append(Clue(f"checkpoint {name}", f"checkpoint bytes {at}..{at + 7} are set", at_least=since))
     if f.v2_records:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
-from tests.test_v5 import FIXTURE_NAME, find_shared
+from tests.test_v5 import FIXTURE_NAME, find_shared, harness_store
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +57,21 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     queues = {(q["topic"], q["queue_id"]): q for q in result.report["consume_queues"]}
     assert (queues["TopicBatchCQ", 0]["entries"], queues["TopicBatchCQ", 0]["max_offset"]) == (38, 151)
     assert queues["%LMQ%room-4", 0]["entries"] == 72
+
+
+@pytest.mark.parametrize(
+    ("version", "variant", "rules"),
+    [("4.9.7", "default", "4.9"), ("5.3.3", "default", "5.2"), ("5.5.0", "default", "5.5"), ("5.5.0", "crc", "5.5")],
+)
+def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
+    spark, tmp_path: Path, version: str, variant: str, rules: str
+) -> None:
+    """A store the real broker wrote: rules detected (no --broker-version), index byte-exact, audit exit 0."""
+    store = harness_store(version, variant)
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    assert_same_index(store / "store", out)
+    assert json.loads((out / "rebuild.json").read_text())["broker_rules"]["name"] == rules
+    result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
+    assert [f.kind for f in result.findings] == []
+    assert result.exit_code == 0

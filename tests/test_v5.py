@@ -301,3 +301,49 @@ def test_batch_queue_damage_is_named(bcq_queue) -> None:
     assert [(f.kind, f.file_offset) for f in qa.findings] == [("cq-wrong-entries", 5 * 46)]
     qa = classify_batch_queue("TopicBatchCQ", 0, {}, files, cfg, 0, 1_438_095)
     assert [f.kind for f in qa.findings] == ["cq-missing-queue"]
+
+
+# --- stores of the real-broker harness (tests/broker/), when cached ----------------------------------------
+
+HARNESS_STORES = Path.home() / ".cache" / "rmq-store-rebuild" / "stores"
+#: (version, variant) of the cached harness stores a rebuild must give back byte for byte
+BYTE_EXACT = [("4.9.7", "default"), ("5.3.3", "default"), ("5.5.0", "default"), ("5.5.0", "crc")]
+
+
+def harness_store(version: str, variant: str) -> Path:
+    """The newest complete harness store of that version and variant (skip when none is cached)."""
+    done = sorted(HARNESS_STORES.glob(f"{version}-{variant}-*/COMPLETE"), key=lambda p: p.stat().st_mtime)
+    if not done:
+        pytest.skip(f"no {version}-{variant} store of the real-broker harness under {HARNESS_STORES} (tests/broker/)")
+    return done[-1].parent
+
+
+def harness_config(store: Path, version: str) -> BrokerConfig:
+    """The harness store's broker.conf, BatchCQ topics as the rebuild finds them, and the broker version."""
+    root = store / "store"
+    topics = set(batch_cq_topics((root / "config" / "topics.json").read_text()))
+    if (root / "batchconsumequeue").is_dir():
+        topics |= {p.name for p in (root / "batchconsumequeue").iterdir()}
+    cfg = load_broker_config(store / "broker.conf")
+    return dataclasses.replace(cfg, brokerVersion=version, batchCQTopics=tuple(sorted(topics)))
+
+
+@pytest.mark.parametrize(("version", "variant"), BYTE_EXACT)
+def test_harness_store_is_rebuilt_byte_exact(version: str, variant: str) -> None:
+    store = harness_store(version, variant)
+    root = store / "store"
+    rebuilt = rebuild_store(root, harness_config(store, version))
+    live = live_files(root, "consumequeue", "batchconsumequeue")
+    assert sorted(rebuilt.files) == sorted(live)
+    assert [p for p, data in rebuilt.files.items() if live[p] != data] == []
+    assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
+    assert (rebuilt.findings, rebuilt.bad_crc) == ([], [])
+
+
+def test_the_4_9_7_store_dispatches_the_schedule_copy_to_lmq() -> None:
+    """4.9.x gives the SCHEDULE_TOPIC_XXXX copy of a delayed LMQ message its own LMQ units (FACTS.md)."""
+    store = harness_store("4.9.7", "default")
+    rebuilt = rebuild_store(store / "store", harness_config(store, "4.9.7"))
+    as_5x = rebuild_store(store / "store", harness_config(store, "5.2.0"))  # excludes SCHEDULE_TOPIC_XXXX
+    lmq = sorted(p for p in rebuilt.files if "%LMQ%" in p)
+    assert lmq and any(rebuilt.files[p] != as_5x.files.get(p) for p in lmq)

@@ -30,6 +30,7 @@ class _QueueWriter:
     def __init__(self, out_uri: str, topic: str, queue_id: int, cfg: BrokerConfig) -> None:
         self.topic, self.queue_id = topic, queue_id
         self.batch = cfg.is_batch_cq(topic)
+        self.dense = cfg.dense_queue_offsets(topic)
         self.files = (
             BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
         )
@@ -60,7 +61,7 @@ class _QueueWriter:
         else:
             self._write(self.files.finish())
         rel = "commitlog" if self.refused else self.rel
-        for f in self.files.findings:
+        for f in self.files.findings if self.dense else []:
             what = "missing from" if f.kind == "queue-offset-gap" else "repeated in"
             findings.append(
                 finding(

@@ -6,9 +6,11 @@ units in batchconsumequeue/) through ``audit_batch_queue`` below, which runs on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.fs as pafs
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -17,10 +19,12 @@ from storelib.audit import QueueAudit, classify_batch_queue, queue_repairs
 from storelib.batchcq import BATCH_CONSUMEQUEUE, batch_queue_dir
 from storelib.config import BrokerConfig
 from storelib.constants import SCHEDULE_TOPIC
-from storelib.findings import Finding
-from storelib.layout import is_valid_topic, parse_offset_name, parse_queue_id
+from storelib.errors import HostileNameError
+from storelib.findings import Finding, finding
+from storelib.layout import CONSUMEQUEUE, is_valid_topic, parse_offset_name, parse_queue_id, queue_dir
+from storelib.rocksdbcq import ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
-from udfs.fs import join, list_files, read_file, resolve
+from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
@@ -39,10 +43,23 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     """Queue findings and repairs into ``a``; the per-queue rows of the report.
 
     The queues are the union of the live and the rebuilt ones; since the base run, those the audited
-    records touch.
+    records touch. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one task
+    (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
     """
-    live, a_findings = list_queues(a.store)
-    a.findings += a_findings
+    fs, root = resolve(a.store)
+    rocks = {i.base_name for i in list_files(fs, join(root, CONSUMEQUEUE)) if ROCKSDB_FILE.match(i.base_name)}
+    if not is_rocksdb(rocks):
+        return _audit_queues(a, a.store, None)
+    with a.run.work_dir(a.rebuilt) as work:
+        return _audit_queues(a, _rocksdb_as_files(a, work), rocks)
+
+
+def _audit_queues(a: Audit, live_root: str, rocks: set[str] | None) -> list[dict[str, Any]]:
+    live, a_findings = list_queues(live_root)
+    if rocks is None:
+        a.findings += a_findings
+    else:
+        a.findings += _stale_file_queues(a.store)
     built, _ = list_queues(a.rebuilt)
     keys = sorted(set(live) | set(built))
     if a.scope.base:
@@ -59,7 +76,7 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         .agg(F.collect_list(F.struct("commitlog_offset", "tags")).alias("schedule"))
     )
     tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA).join(schedule, ["topic", "queue_id"], "left")
-    store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
+    store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl = a.rebuild_report["commitlog"]
     cl_min, cl_max = cl["min_offset"], cl["max_offset"]
     results = (
@@ -68,11 +85,12 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         .collect()
     )
     for r in map(json.loads, results):
-        a.findings += [Finding.from_dict(f) for f in r["findings"]]
+        findings = [Finding.from_dict(f) for f in r["findings"]]
+        a.findings += findings if rocks is None else [_in_rocksdb(f) for f in findings]
         if r["row"]:
             out.append(r["row"])
             qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
-            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))
+            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {})) if rocks is None else []
     return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
 
 
@@ -131,3 +149,42 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
         a.repairs += queue_repairs(qa, live_names)
         out.append(r["row"])
     return out
+
+
+def _rocksdb_as_files(a: Audit, work: str) -> str:
+    """One task copies the store's RocksDB ConsumeQueue, opens the copy read-only and writes every queue's
+    units as ConsumeQueue files under ``work``; the root of those files."""
+    store, out, file_size = a.store, f"{work}/rocksdb", a.cfg.cq_file_size
+
+    def materialize(_: Any) -> list[str]:
+        root = resolve(store)[1]
+        ofs, oroot = resolve(out)
+        bad = []
+        for (topic, queue_id), units in read_units(join(root, CONSUMEQUEUE)).items():
+            try:
+                rel = queue_dir(topic, queue_id)
+            except HostileNameError as exc:
+                bad.append(finding("hostile-name", CONSUMEQUEUE, f"RocksDB ConsumeQueue: {exc.reason}").to_dict())
+                continue
+            for name, data in as_queue_files(units, file_size):
+                write_file(ofs, join(oroot, rel, name), data)
+        return [json.dumps(bad)]
+
+    bad = a.run.spark.sparkContext.parallelize([0], 1).flatMap(materialize).collect()
+    a.findings += [Finding.from_dict(f) for f in json.loads(bad[0])]
+    return out
+
+
+def _stale_file_queues(store: str) -> list[Finding]:
+    """``<topic>/<queueId>`` directories beside a RocksDB in consumequeue/: file queues from before a switch,
+    not read by the broker and not trusted here."""
+    fs, root = resolve(store)
+    sel = pafs.FileSelector(join(root, CONSUMEQUEUE))
+    dirs = sorted(i.base_name for i in fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
+    message = "a file ConsumeQueue directory beside the RocksDB ConsumeQueue (left from before a switch); not read"
+    return [finding("stray-file", f"{CONSUMEQUEUE}/{d}", message) for d in dirs]
+
+
+def _in_rocksdb(f: Finding) -> Finding:
+    """A queue finding about the RocksDB ConsumeQueue: its file is the database, the position a CQ index."""
+    return dataclasses.replace(f, file=CONSUMEQUEUE, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")

@@ -45,6 +45,8 @@ from storelib.indexfile import (
 )
 from storelib.layout import CHECKPOINT, COMMITLOG, CONSUMEQUEUE, INDEX, deterministic_index_names, inside, is_index_name
 from storelib.report import REBUILD_REPORT, build_rebuild_report
+from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
+from storelib.rocksdbcq import is_rocksdb
 from storelib.segments import (
     ListedFile,
     Segment,
@@ -114,7 +116,9 @@ def list_segments(store: str, run: Run) -> tuple[list[Segment], list[Finding]]:
 def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]:
     """Put the store's BatchCQ topics and the broker rules into ``run.cfg``; rebuild.json's ``broker_rules``.
 
-    BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, plus every ``batchconsumequeue/<topic>``.
+    BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json or the RocksDB config/topics/, plus every
+    ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ means ``storeType=defaultRocksDB``: every queue is
+    then rebuilt as a ConsumeQueue, what that RocksDB holds (storelib.rocksdbcq).
     Rules: ``--broker-version`` when given, else what the store's clues say (storelib.versions.detect).
     """
     fs, root = resolve(store)
@@ -123,7 +127,12 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]
     if fs.get_file_info(topics_json).type == pafs.FileType.File:
         topics |= set(batch_cq_topics(read_file(fs, topics_json).decode("utf-8", "replace")))
     topics |= {i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE)) if i.type == pafs.FileType.Directory}
-    cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)))
+    topics_db = join(root, "config", "topics")
+    if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
+        topics |= set(rocksdb_batch_cq_topics(topics_db))
+    rocksdb = is_rocksdb({i.base_name for i in _entries(fs, join(root, CONSUMEQUEUE))})
+    store_type = "defaultRocksDB" if rocksdb else run.cfg.storeType
+    cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
     facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
     rules, info = select(cfg.brokerVersion, facts)
     run.cfg = dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or ".".join(map(str, rules.first)))
