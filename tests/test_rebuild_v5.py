@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
+from storelib.rocksdbcq import unit_key
 from tests.test_v5 import FIXTURE_NAME, find_shared, harness_store
 
 
@@ -75,3 +78,44 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
     assert [f.kind for f in result.findings] == []
     assert result.exit_code == 0
+
+
+def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
+    """The real 5.5.0 broker's RocksDB store: detected, rebuilt as files, its units audited clean; a copy with
+    one unit deleted from its RocksDB is a finding about that queue."""
+    store = harness_store("5.5.0", "rocksdb")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    rules = json.loads((out / "rebuild.json").read_text())
+    assert (rules["broker_rules"]["name"], rules["broker_config"]["storeType"]) == ("5.5", "defaultRocksDB")
+    assert "rocksdb-consumequeue" in {c["clue"] for c in rules["broker_rules"]["clues"]}
+    assert rules["findings"] == []
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+    assert result.summary["queues"]["audited"] == 29
+
+    copy = tmp_path / "store"
+    shutil.copytree(store / "store", copy, ignore=shutil.ignore_patterns("LOCK", "lock"))
+    opts = Options(raw_mode=True)
+    opts.set_allow_concurrent_memtable_write(False)  # the broker's OPTIONS file turns on in-place updates
+    families = {cf: opts for cf in Rdict.list_cf(str(copy / "consumequeue"), opts)}
+    db = Rdict(str(copy / "consumequeue"), options=opts, column_families=families)
+    db.delete(unit_key("TopicOrders", 2, 5))
+    db.close()
+    damaged = audit(run, str(copy), str(out), None)
+    assert damaged.exit_code == 1
+    bad = [f for f in damaged.findings if f.severity == "error"]
+    assert [(f.kind, f.topic, f.queue_id, f.queue_offset) for f in bad] == [("cq-zeroed-entries", "TopicOrders", 2, 5)]
+    assert bad[0].message.startswith("RocksDB ConsumeQueue: ")
+    assert damaged.repairs == []
+
+
+def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> None:
+    """kill -9 after the last send: the last record was never dispatched; the audit names the missing tails."""
+    store = harness_store("5.5.0", "kill9")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    result = audit(run, str(store / "store"), str(out), None)
+    assert result.exit_code == 1
+    assert {"cq-missing-tail", "abort-marker"} <= {f.kind for f in result.findings}
+    assert not {"cq-wrong-entries", "duplicate-queue-offset", "queue-offset-gap"} & {f.kind for f in result.findings}

@@ -22,8 +22,9 @@ from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.errors import ConfigError
+from storelib.errors import ConfigError, StoreFormatError
 from storelib.indexfile import IndexFileSeries, IndexHeader
+from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
 from storelib.versions import StoreFacts, detect, rules_for
 
 FIXTURE_NAME = "rocketmq-5.5.0-sample"
@@ -321,7 +322,8 @@ def harness_store(version: str, variant: str) -> Path:
 def harness_config(store: Path, version: str) -> BrokerConfig:
     """The harness store's broker.conf, BatchCQ topics as the rebuild finds them, and the broker version."""
     root = store / "store"
-    topics = set(batch_cq_topics((root / "config" / "topics.json").read_text()))
+    topics_json = root / "config" / "topics.json"
+    topics = set(batch_cq_topics(topics_json.read_text())) if topics_json.is_file() else set()
     if (root / "batchconsumequeue").is_dir():
         topics |= {p.name for p in (root / "batchconsumequeue").iterdir()}
     cfg = load_broker_config(store / "broker.conf")
@@ -347,3 +349,34 @@ def test_the_4_9_7_store_dispatches_the_schedule_copy_to_lmq() -> None:
     as_5x = rebuild_store(store / "store", harness_config(store, "5.2.0"))  # excludes SCHEDULE_TOPIC_XXXX
     lmq = sorted(p for p in rebuilt.files if "%LMQ%" in p)
     assert lmq and any(rebuilt.files[p] != as_5x.files.get(p) for p in lmq)
+
+
+# --- RocksDB ConsumeQueue -------------------------------------------------------------------------------
+
+
+def test_rocksdb_unit_keys_read_back() -> None:
+    key = unit_key("%LMQ%room-1", 0, 300)
+    assert key == b"\x00\x00\x00\x0b\x01%LMQ%room-1\x01\x00\x00\x00\x00\x01" + (300).to_bytes(8, "big")
+    assert parse_unit_key(key) == ("%LMQ%room-1", 0, 300)
+    with pytest.raises(StoreFormatError):
+        parse_unit_key(key[:-1])
+
+
+def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
+    """Every unit of the real 5.5.0 broker's RocksDB ConsumeQueue, laid out as files, equals the rebuilt files."""
+    store = harness_store("5.5.0", "rocksdb")
+    root = store / "store"
+    cfg = harness_config(store, "5.5")
+    cfg = dataclasses.replace(cfg, storeType="defaultRocksDB", batchCQTopics=("TopicBatchCQ",))
+    assert not cfg.is_batch_cq("TopicBatchCQ") and not cfg.dense_queue_offsets("TopicBatchCQ")
+    units = read_units(root / "consumequeue")
+    rebuilt = rebuild_store(root, cfg)
+    as_files = {
+        f"consumequeue/{t}/{q}/{name}": data
+        for (t, q), u in units.items()
+        for name, data in as_queue_files(u, cfg.cq_file_size)
+    }
+    assert sum(len(u) for u in units.values()) == 1711
+    assert sorted(as_files) == sorted(rebuilt.files)
+    assert [p for p in as_files if as_files[p] != rebuilt.files[p]] == []
+    assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
