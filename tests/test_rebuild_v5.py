@@ -75,6 +75,7 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
     assert json.loads((out / "rebuild.json").read_text())["broker_rules"]["name"] == rules
+    assert (out / "checkpoint").read_bytes()[24:48] == (store / "store" / "checkpoint").read_bytes()[24:48]
     result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
     assert [f.kind for f in result.findings] == []
     assert result.exit_code == 0

@@ -18,6 +18,7 @@ import pytest
 
 from storelib import batchcq
 from storelib.audit import classify_batch_queue
+from storelib.checkpoint import Checkpoint
 from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.consumequeue import QueueFiles
@@ -380,3 +381,17 @@ def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
     assert sorted(as_files) == sorted(rebuilt.files)
     assert [p for p in as_files if as_files[p] != rebuilt.files[p]] == []
     assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+# --- checkpoint -------------------------------------------------------------------------------------------
+
+
+def test_5_5_checkpoint_offsets_are_read_and_kept() -> None:
+    """5.5.0 flushes logicsPhysicalOffset at byte 40 (FACTS.md); a rebuilt checkpoint keeps the live offsets."""
+    page = (harness_store("5.5.0", "default") / "store" / "checkpoint").read_bytes()
+    live = Checkpoint.unpack(page)
+    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big") > 0
+    rebuilt = Checkpoint(1, 2, 3).with_5x_fields_of(live)
+    assert rebuilt.pack()[:24] == Checkpoint(1, 2, 3).pack()[:24]
+    assert rebuilt.pack()[24:48] == page[24:48]
+    assert Checkpoint(1, 2, 3).with_5x_fields_of(None) == Checkpoint(1, 2, 3)

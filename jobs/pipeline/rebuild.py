@@ -364,7 +364,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         index_files = write_index_files(run, staging, scratch, segments, summaries)
         for q in queues:
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
-        checkpoint = rebuilt_checkpoint(summaries.values(), index_files)
+        checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
         report["broker_rules"] = broker_rules
         sfs, spath = resolve(staging)
@@ -383,9 +383,17 @@ def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> list[dict
     return write_consume_queues(run, runs.where(~runs.segment.isin(skipped)), staging)
 
 
+def live_checkpoint(store: str) -> Checkpoint | None:
+    """The store's checkpoint, None when missing or shorter than its first five fields."""
+    fs, root = resolve(store)
+    data = _read_at(fs, join(root, CHECKPOINT), 0, 48)
+    return Checkpoint.unpack(data) if len(data) >= 40 else None
+
+
 def rebuilt_checkpoint(summaries: Any, index_files: list[dict[str, Any]]) -> Checkpoint:
     """physicMsgTimestamp = the last message's store time, logicsMsgTimestamp = the last ConsumeQueue-dispatched
-    message's, indexMsgTimestamp = the last IndexFile's endTimestamp (every rebuilt file is complete)."""
+    message's, indexMsgTimestamp = the last IndexFile's endTimestamp (every rebuilt file is complete); the 5.x
+    offsets are the live checkpoint's (``Checkpoint.with_5x_fields_of``)."""
     summaries = list(summaries)
     return Checkpoint(
         physic_msg_timestamp=max((s.last_store_timestamp for s in summaries), default=0),
