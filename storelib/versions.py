@@ -81,9 +81,9 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 
 def rules_for(version: str | tuple[int, int, int]) -> RuleSet:
-    """The rule set of a broker release; releases before 4.9 are refused (their stores are not covered)."""
+    """The rule set of a broker release; releases before 4.9 or from 6.0 on are refused (not covered)."""
     v = parse_version(version) if isinstance(version, str) else version
-    if v < (4, 9, 0):
+    if not (4, 9, 0) <= v < (6, 0, 0):
         raise ConfigError(f"broker version {'.'.join(map(str, v))} is not supported (4.9.x and 5.x are)")
     return [r for r in RULE_SETS if r.first <= v][-1]
 

@@ -195,7 +195,7 @@ def test_a_version_picks_its_rule_set(version: str, rule_set: str) -> None:
     assert rules_for(version).name == rule_set
 
 
-@pytest.mark.parametrize("version", ["4.8.0", "five", "5"])
+@pytest.mark.parametrize("version", ["4.8.0", "6.0", "five", "5"])
 def test_an_unsupported_or_unreadable_version_is_refused(version: str) -> None:
     with pytest.raises(ConfigError):
         rules_for(version)
