@@ -48,7 +48,7 @@ class RuleSet:
         return topic not in self.lmq_skip_source_topics and not topic.startswith(self.lmq_skip_source_prefixes)
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "first_release": ".".join(map(str, self.first))}
+        return {"name": self.name, "first_release": version_text(self.first)}
 
 
 _TIMER, _SCHEDULE = "rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"
@@ -80,6 +80,11 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+def version_text(v: tuple[int, int, int] | None) -> str | None:
+    """(5, 5, 0) -> "5.5.0"."""
+    return ".".join(map(str, v)) if v else None
+
+
 def rules_for(version: str | tuple[int, int, int]) -> RuleSet:
     """The rule set of a broker release; releases before 4.9 or from 6.0 on are refused (not covered)."""
     v = parse_version(version) if isinstance(version, str) else version
@@ -101,8 +106,12 @@ class Clue:
     below: tuple[int, int, int] | None = None
 
     def to_dict(self) -> dict[str, object]:
-        fmt = lambda v: ".".join(map(str, v)) if v else None  # noqa: E731
-        return {"clue": self.clue, "detail": self.detail, "at_least": fmt(self.at_least), "below": fmt(self.below)}
+        return {
+            "clue": self.clue,
+            "detail": self.detail,
+            "at_least": version_text(self.at_least),
+            "below": version_text(self.below),
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ from storelib.segments import (
     plan_parse_tasks,
     plan_segments,
 )
-from storelib.versions import StoreFacts, record_clues, select
+from storelib.versions import StoreFacts, record_clues, select, version_text
 from udfs.fs import join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
@@ -135,7 +135,7 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]
     cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
     facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
     rules, info = select(cfg.brokerVersion, facts)
-    run.cfg = dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or ".".join(map(str, rules.first)))
+    run.cfg = dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or version_text(rules.first))
     return info
 
 
