@@ -31,6 +31,9 @@ from storelib.errors import StoreFormatError
 #: RocksDB's own file names (not RocketMQ's): their presence in consumequeue/ marks a RocksDB there
 ROCKSDB_FILE = re.compile(r"(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))\Z")
 CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
+#: where a RocksDB ConsumeQueue lives: consumequeue/, or consumequeue_rocksdb/ (5.5.0 with
+#: useSeparateStorePathForRocksdbCQ; the broker refuses to start when the other one also holds a CURRENT)
+ROCKSDB_CQ_DIRS = ("consumequeue", "consumequeue_rocksdb")
 UNIT_VALUE = struct.Struct(">qiqq")  # commitlog offset, size, tagsCode, storeTimestamp
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")

@@ -119,7 +119,7 @@ class StoreFacts:
     """What detection reads: store-root entries, consumequeue/ entries, the checkpoint, sampled records."""
 
     root_entries: frozenset[str] = frozenset()
-    consumequeue_entries: frozenset[str] = frozenset()
+    consumequeue_entries: frozenset[str] = frozenset()  # of consumequeue/ and consumequeue_rocksdb/
     checkpoint: bytes = b""
     v2_records: int = 0  # sampled records with MESSAGE_MAGIC_CODE_V2
     props_records: int = 0  # sampled records with a non-empty properties string
@@ -155,7 +155,7 @@ def clues(f: StoreFacts) -> list[Clue]:
             out.append(Clue(f"{entry}/", f"the store root holds {entry} (5.0.0+)", at_least=v50))
     rocks = sorted(e for e in f.consumequeue_entries if ROCKSDB_FILE.match(e))
     if is_rocksdb(f.consumequeue_entries):
-        out.append(Clue("rocksdb-consumequeue", f"RocksDB files in consumequeue/: {', '.join(rocks[:3])}", v52))
+        out.append(Clue("rocksdb-consumequeue", f"RocksDB files for the ConsumeQueue: {', '.join(rocks[:3])}", v52))
     cp = f.checkpoint.ljust(48, b"\0")
     for at, name, since in (
         (24, "masterFlushedOffset", v50),

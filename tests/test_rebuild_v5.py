@@ -95,19 +95,22 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
     assert result.summary["queues"]["audited"] == 29
 
+    # a copy with the RocksDB moved to consumequeue_rocksdb/ (5.5.0 useSeparateStorePathForRocksdbCQ) and one unit
+    # deleted: audited (a rebuild inside) with a fresh config
     copy = tmp_path / "store"
     shutil.copytree(store / "store", copy, ignore=shutil.ignore_patterns("LOCK", "lock"))
+    (copy / "consumequeue").rename(copy / "consumequeue_rocksdb")
     opts = Options(raw_mode=True)
     opts.set_allow_concurrent_memtable_write(False)  # the broker's OPTIONS file turns on in-place updates
-    families = {cf: opts for cf in Rdict.list_cf(str(copy / "consumequeue"), opts)}
-    db = Rdict(str(copy / "consumequeue"), options=opts, column_families=families)
+    families = {cf: opts for cf in Rdict.list_cf(str(copy / "consumequeue_rocksdb"), opts)}
+    db = Rdict(str(copy / "consumequeue_rocksdb"), options=opts, column_families=families)
     db.delete(unit_key("TopicOrders", 2, 5))
     db.close()
-    damaged = audit(run, str(copy), str(out), None)
+    damaged = audit(Run(spark, load_broker_config(store / "broker.conf")), str(copy), None, None)
     assert damaged.exit_code == 1
     bad = [f for f in damaged.findings if f.severity == "error"]
     assert [(f.kind, f.topic, f.queue_id, f.queue_offset) for f in bad] == [("cq-zeroed-entries", "TopicOrders", 2, 5)]
-    assert bad[0].message.startswith("RocksDB ConsumeQueue: ")
+    assert (bad[0].file, bad[0].message[:22]) == ("consumequeue_rocksdb", "RocksDB ConsumeQueue: ")
     assert damaged.repairs == []
 
 

@@ -22,7 +22,7 @@ from storelib.constants import SCHEDULE_TOPIC
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.layout import CONSUMEQUEUE, is_valid_topic, parse_offset_name, parse_queue_id, queue_dir
-from storelib.rocksdbcq import ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
@@ -47,16 +47,17 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
     """
     fs, root = resolve(a.store)
-    rocks = {i.base_name for i in list_files(fs, join(root, CONSUMEQUEUE)) if ROCKSDB_FILE.match(i.base_name)}
-    if not is_rocksdb(rocks):
+    dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
+    if not dirs:
         return _audit_queues(a, a.store, None)
     with a.run.work_dir(a.rebuilt) as work:
-        return _audit_queues(a, _rocksdb_as_files(a, work), rocks)
+        return _audit_queues(a, _rocksdb_as_files(a, work, dirs[0]), dirs[0])
 
 
-def _audit_queues(a: Audit, live_root: str, rocks: set[str] | None) -> list[dict[str, Any]]:
+def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dict[str, Any]]:
+    """The queues of ``live_root`` (the store, or the RocksDB ConsumeQueue in ``rocksdb_dir`` laid out as files)."""
     live, a_findings = list_queues(live_root)
-    if rocks is None:
+    if rocksdb_dir is None:
         a.findings += a_findings
     else:
         a.findings += _stale_file_queues(a.store)
@@ -86,11 +87,11 @@ def _audit_queues(a: Audit, live_root: str, rocks: set[str] | None) -> list[dict
     )
     for r in map(json.loads, results):
         findings = [Finding.from_dict(f) for f in r["findings"]]
-        a.findings += findings if rocks is None else [_in_rocksdb(f) for f in findings]
+        a.findings += findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in findings]
         if r["row"]:
             out.append(r["row"])
             qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
-            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {})) if rocks is None else []
+            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {})) if rocksdb_dir is None else []
     return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
 
 
@@ -151,20 +152,20 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
     return out
 
 
-def _rocksdb_as_files(a: Audit, work: str) -> str:
-    """One task copies the store's RocksDB ConsumeQueue, opens the copy read-only and writes every queue's
-    units as ConsumeQueue files under ``work``; the root of those files."""
+def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
+    """One task copies the store's RocksDB ConsumeQueue (in ``rocksdb_dir``), opens the copy read-only and writes
+    every queue's units as ConsumeQueue files under ``work``; the root of those files."""
     store, out, file_size = a.store, f"{work}/rocksdb", a.cfg.cq_file_size
 
     def materialize(_: Any) -> list[str]:
         root = resolve(store)[1]
         ofs, oroot = resolve(out)
         bad = []
-        for (topic, queue_id), units in read_units(join(root, CONSUMEQUEUE)).items():
+        for (topic, queue_id), units in read_units(join(root, rocksdb_dir)).items():
             try:
                 rel = queue_dir(topic, queue_id)
             except HostileNameError as exc:
-                bad.append(finding("hostile-name", CONSUMEQUEUE, f"RocksDB ConsumeQueue: {exc.reason}").to_dict())
+                bad.append(finding("hostile-name", rocksdb_dir, f"RocksDB ConsumeQueue: {exc.reason}").to_dict())
                 continue
             for name, data in as_queue_files(units, file_size):
                 write_file(ofs, join(oroot, rel, name), data)
@@ -176,15 +177,15 @@ def _rocksdb_as_files(a: Audit, work: str) -> str:
 
 
 def _stale_file_queues(store: str) -> list[Finding]:
-    """``<topic>/<queueId>`` directories beside a RocksDB in consumequeue/: file queues from before a switch,
+    """``<topic>/<queueId>`` directories in consumequeue/ of a RocksDB store: file queues from before a switch,
     not read by the broker and not trusted here."""
     fs, root = resolve(store)
-    sel = pafs.FileSelector(join(root, CONSUMEQUEUE))
+    sel = pafs.FileSelector(join(root, CONSUMEQUEUE), allow_not_found=True)
     dirs = sorted(i.base_name for i in fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
     message = "a file ConsumeQueue directory beside the RocksDB ConsumeQueue (left from before a switch); not read"
     return [finding("stray-file", f"{CONSUMEQUEUE}/{d}", message) for d in dirs]
 
 
-def _in_rocksdb(f: Finding) -> Finding:
+def _in_rocksdb(f: Finding, rocksdb_dir: str) -> Finding:
     """A queue finding about the RocksDB ConsumeQueue: its file is the database, the position a CQ index."""
-    return dataclasses.replace(f, file=CONSUMEQUEUE, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")
+    return dataclasses.replace(f, file=rocksdb_dir, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")

@@ -43,10 +43,10 @@ from storelib.indexfile import (
     index_file_size,
     needs_empty_tail_file,
 )
-from storelib.layout import CHECKPOINT, COMMITLOG, CONSUMEQUEUE, INDEX, deterministic_index_names, inside, is_index_name
+from storelib.layout import CHECKPOINT, COMMITLOG, INDEX, deterministic_index_names, inside, is_index_name
 from storelib.report import REBUILD_REPORT, build_rebuild_report
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
-from storelib.rocksdbcq import is_rocksdb
 from storelib.segments import (
     ListedFile,
     Segment,
@@ -117,7 +117,8 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]
     """Put the store's BatchCQ topics and the broker rules into ``run.cfg``; rebuild.json's ``broker_rules``.
 
     BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json or the RocksDB config/topics/, plus every
-    ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ means ``storeType=defaultRocksDB``: every queue is
+    ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ (or consumequeue_rocksdb/) means
+    ``storeType=defaultRocksDB``: every queue is
     then rebuilt as a ConsumeQueue, what that RocksDB holds (storelib.rocksdbcq).
     Rules: ``--broker-version`` when given, else what the store's clues say (storelib.versions.detect).
     """
@@ -130,7 +131,7 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]
     topics_db = join(root, "config", "topics")
     if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
         topics |= set(rocksdb_batch_cq_topics(topics_db))
-    rocksdb = is_rocksdb({i.base_name for i in _entries(fs, join(root, CONSUMEQUEUE))})
+    rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = "defaultRocksDB" if rocksdb else run.cfg.storeType
     cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
     facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
@@ -175,7 +176,7 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
     found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
-        consumequeue_entries=frozenset(i.base_name for i in _entries(fs, join(root, CONSUMEQUEUE))),
+        consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
         checkpoint=_read_at(fs, join(root, CHECKPOINT), 0, 48),
         **counts,
         tag_keys_found=found,
