@@ -105,10 +105,16 @@ class Clue:
     at_least: tuple[int, int, int] | None = None
     below: tuple[int, int, int] | None = None
 
+    @property
+    def text(self) -> str:
+        """The detail and the release range it implies, e.g. "... (5.2.0+)" or "... (before 5.5.0)"."""
+        bound = f"{version_text(self.at_least)}+" if self.at_least else f"before {version_text(self.below)}"
+        return f"{self.detail} ({bound})"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "clue": self.clue,
-            "detail": self.detail,
+            "detail": self.text,
             "at_least": version_text(self.at_least),
             "below": version_text(self.below),
         }
@@ -152,10 +158,10 @@ def clues(f: StoreFacts) -> list[Clue]:
     v50, v511, v52, v55 = (5, 0, 0), (5, 1, 1), (5, 2, 0), (5, 5, 0)
     for entry in ("batchconsumequeue", "timerlog", "timerwheel"):
         if entry in f.root_entries:
-            out.append(Clue(f"{entry}/", f"the store root holds {entry} (5.0.0+)", at_least=v50))
+            out.append(Clue(f"{entry}/", f"the store root holds {entry}", at_least=v50))
     rocks = sorted(e for e in f.consumequeue_entries if ROCKSDB_FILE.match(e))
     if is_rocksdb(f.consumequeue_entries):
-        out.append(Clue("rocksdb-consumequeue", f"RocksDB files for the ConsumeQueue: {', '.join(rocks[:3])}", v52))
+        out.append(Clue("rocksdb-consumequeue", f"RocksDB files hold the ConsumeQueue ({', '.join(rocks[:3])})", v52))
     cp = f.checkpoint.ljust(48, b"\0")
     for at, name, since in (
         (24, "masterFlushedOffset", v50),
@@ -163,21 +169,24 @@ def clues(f: StoreFacts) -> list[Clue]:
         (40, "logicsPhysicalOffset", v55),
     ):
         if any(cp[at : at + 8]):
-            out.append(Clue(f"checkpoint {name}", f"checkpoint bytes {at}..{at + 7} are set", at_least=since))
+            out.append(Clue(f"checkpoint {name}", f"checkpoint {name} (bytes {at}..{at + 7}) is set", at_least=since))
     if f.v2_records:
         out.append(Clue("v2 magic", f"{f.v2_records} sampled record(s) use MESSAGE_MAGIC_CODE_V2", (5, 1, 0)))
+    props = f"{f.props_records} sampled property strings end with 0x02"
     if f.props_records and f.props_ending_02 == f.props_records:
-        out.append(Clue("properties end 0x02", f"all {f.props_records} sampled property strings", at_least=v52))
+        out.append(Clue("properties end 0x02", f"all {props}", at_least=v52))
     elif f.props_records and f.props_ending_02 == 0:
-        out.append(Clue("properties end 0x02", f"none of {f.props_records} sampled property strings", below=v52))
+        out.append(Clue("properties end 0x02", f"none of {props}", below=v52))
     if f.crc_property_records:
         out.append(Clue("__CRC32#", f"{f.crc_property_records} sampled record(s) hold __CRC32#", at_least=v52))
     if f.tag_keys_checked:
         found, n = f.tag_keys_found or 0, f.tag_keys_checked
         if found == n:
-            out.append(Clue("index tag keys", f"topic#T#tags leads to all {n} sampled tagged messages", v55))
+            out.append(Clue("index tag keys", f"topic#T#<TAGS> leads to all {n} sampled tagged messages", v55))
         elif found == 0:
-            out.append(Clue("index tag keys", f"topic#T#tags leads to none of {n} sampled tagged messages", None, v55))
+            out.append(
+                Clue("index tag keys", f"topic#T#<TAGS> leads to none of {n} sampled tagged messages", below=v55)
+            )
     return out
 
 
@@ -192,12 +201,10 @@ def detect(f: StoreFacts) -> tuple[RuleSet, list[Clue], str]:
     high = min((c.below for c in found if c.below), default=None)
     if high is not None and low >= high:
         raise ConfigError(
-            "the store's clues contradict each other ("
-            + "; ".join(c.detail for c in found)
-            + "): give --broker-version"
+            "the store's clues contradict each other (" + "; ".join(c.text for c in found) + "): give --broker-version"
         )
     rules = rules_for(low)
-    why = "; ".join(c.detail for c in found) or "no 5.x clue in the store"
+    why = "; ".join(c.text for c in found) or "no 5.x clue in the store"
     return rules, found, f"rules {rules.name} detected: {why}"
 
 
