@@ -8,12 +8,13 @@ storelib.errors gives them (0 success/clean, 1 findings or refused, 2 could not 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.metadata
 import sys
 from typing import TYPE_CHECKING
 
-from storelib.config import BrokerConfig, load_broker_config
+from storelib.config import BrokerConfig, load_broker_config, validate
 from storelib.errors import RmqStoreError, exit_code
 from storelib.findings import Finding
 
@@ -35,6 +36,11 @@ def add_broker_config(p: argparse.ArgumentParser) -> None:
         "--broker-config",
         metavar="FILE",
         help="the broker's properties file (broker.conf); unset settings take RocketMQ's defaults",
+    )
+    p.add_argument(
+        "--broker-version",
+        metavar="X.Y[.Z]",
+        help="the broker release whose rules apply (storelib.versions); default: detected from the store",
     )
 
 
@@ -63,12 +69,19 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
-    """``--broker-config``; for a verb with ``--store``, the segment size is read off its files when unset."""
+    """``--broker-config`` and ``--broker-version``; for a verb with ``--store``, the segment size is read off its
+    files when the config does not set it."""
     if getattr(args, "store", None) and not getattr(args, "undo", None):
         from jobs.pipeline.listing import store_broker_config
 
-        return store_broker_config(args.store, getattr(args, "broker_config", None))
-    return load_broker_config(getattr(args, "broker_config", None))
+        cfg = store_broker_config(args.store, getattr(args, "broker_config", None))
+    else:
+        cfg = load_broker_config(getattr(args, "broker_config", None))
+    version = getattr(args, "broker_version", None)
+    if version:
+        cfg = dataclasses.replace(cfg, brokerVersion=version)
+        validate(cfg)
+    return cfg
 
 
 def spark_run(app: str, args: argparse.Namespace, cfg: BrokerConfig) -> Run:

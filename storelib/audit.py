@@ -9,6 +9,10 @@ size 0x7fffffff, tagsCode 0.
 CommitLog: what the broker's own recovery would make of the log (where it starts, where its
 CRC check stops it) against the last valid record found by the rebuild.
 
+BatchConsumeQueue (5.0+): 46-byte units appended in queue order; the live queue ends where
+``BatchConsumeQueue.recover`` stops (offset >= 0, size > 0, msgBaseOffset >= 0, batchSize > 0) and units are
+compared with the rebuilt ones by msgBaseOffset.
+
 IndexFile: header consistency, the broker's key lookup (``IndexService.queryOffset``), and
 the live files compared with the rebuilt ones by order (names are creation times).
 
@@ -22,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from storelib import batchcq
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.constants import (
@@ -60,6 +65,7 @@ class QueueAudit:
     row: dict[str, object]
     write: list[str]  # rebuilt file names that replace or create live files
     delete: list[str]  # live file names to delete
+    rel_dir: str | None = None  # the queue's directory, when not consumequeue/<topic>/<queueId>
 
 
 def unit_text(offset: int, size: int, tags_code: int) -> str:
@@ -266,7 +272,7 @@ def classify_queue(
     same = (lv.offset == rb.offset) & (lv.size == rb.size) & (lv.tags == rb.tags)
     differ = r_entry & lv.valid & ~same
     quirk = np.zeros(n, dtype=bool)
-    if topic == SCHEDULE_TOPIC and schedule_tags_hash:
+    if topic == SCHEDULE_TOPIC and schedule_tags_hash and cfg.rules.schedule_tagscode_quirk:
         cand = np.flatnonzero(differ & (lv.offset == rb.offset) & (lv.size == rb.size))
         quirk[cand] = [schedule_tags_hash(int(lv.offset[i]), int(lv.size[i])) == int(lv.tags[i]) for i in cand]
     head = idx < r_min
@@ -440,10 +446,114 @@ def _row(
     }
 
 
+def classify_batch_queue(
+    topic: str,
+    queue_id: int,
+    live: Mapping[str, bytes],
+    rebuilt: Mapping[str, bytes],
+    cfg: BrokerConfig,
+    commitlog_min: int,
+    commitlog_max: int,
+) -> QueueAudit:
+    """Compare one live BatchConsumeQueue (file name -> bytes) with the rebuilt one, unit by msgBaseOffset."""
+    file_size = cfg.mapperFileSizeBatchConsumeQueue
+    unit = batchcq.BCQ_STORE_UNIT_SIZE
+    rel_dir = batchcq.batch_queue_dir(topic, queue_id)
+    findings: list[Finding] = []
+    for name, data in sorted(live.items()):
+        if len(data) != file_size:
+            message = f"file is {len(data)} bytes, not {file_size}; the broker will not load it"
+            where = {"topic": topic, "queue_id": queue_id, "file_offset": len(data) - len(data) % unit}
+            findings.append(finding("cq-torn-file", f"{rel_dir}/{name}", message, **where, count=1))
+    first_live = int(min(live, default="0")) // unit
+    lv = _batch_units(live)
+    rb = _batch_units(rebuilt)
+    l_end, r_end = batchcq.valid_prefix(lv), batchcq.valid_prefix(rb)
+    fields = ("offset", "size", "tags_code", "store_timestamp", "batch_size")
+    live_base, rebuilt_base = lv["msg_base_offset"][:l_end], rb["msg_base_offset"][:r_end]
+    pos = np.searchsorted(live_base, rebuilt_base)  # where each rebuilt unit's base is among the live ones
+    found = pos < l_end
+    found[found] = live_base[pos[found]] == rebuilt_base[found]
+    same = found.copy()
+    for f in fields:
+        same[found] &= lv[f][pos[found]] == rb[f][:r_end][found]
+    last_live = int(live_base[-1]) if l_end else -1
+    unmatched = ~np.isin(live_base, rebuilt_base)
+
+    def emit(kind: str, positions: np.ndarray, units: np.ndarray, message: str, ordinal0: int = 0) -> None:
+        if not len(positions):
+            return
+        i = int(positions[0])
+        k = ordinal0 + i  # the unit's ordinal in the queue: its file and byte in it
+        name = offset_file_name(k * unit // file_size * file_size)
+        findings.append(
+            finding(
+                kind,
+                f"{rel_dir}/{name}",
+                message.format(count=len(positions), first=int(units["msg_base_offset"][i])),
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=int(units["msg_base_offset"][i]),
+                commitlog_offset=int(units["offset"][i]),
+                file_offset=k * unit % file_size,
+                count=len(positions),
+            )
+        )
+
+    if r_end and not live:
+        emit("cq-missing-queue", np.arange(r_end), rb, "{count} units from queue offset {first} have no file")
+    else:
+        emit("cq-wrong-entries", np.flatnonzero(found & ~same), rb, "{count} units differ, the first at {first}")
+        lost = ~found & (rebuilt_base <= last_live)
+        emit(
+            "cq-wrong-entries", np.flatnonzero(lost), rb, "{count} units are missing, the first at queue offset {first}"
+        )
+        tail = np.flatnonzero(~found & (rebuilt_base > last_live))
+        emit("cq-missing-tail", tail, rb, "the queue lacks its last {count} units, from queue offset {first}")
+    expired = unmatched & (lv["offset"][:l_end] < commitlog_min)
+    dirty = unmatched & (lv["offset"][:l_end] >= commitlog_max)
+    kind = "cq-no-messages" if not r_end else "cq-wrong-entries"
+    emit("cq-expired-head", np.flatnonzero(expired), lv, "{count} units point below the commitlog", first_live)
+    emit("cq-dirty-tail", np.flatnonzero(dirty), lv, "{count} units point past the commitlog's end", first_live)
+    emit(
+        kind, np.flatnonzero(unmatched & ~expired & ~dirty), lv, "{count} units the commitlog does not hold", first_live
+    )
+    stale = np.flatnonzero(lv[l_end:].view(np.uint8).reshape(-1, unit).any(axis=1)) + l_end
+    emit("cq-stale-bytes", stale, lv, "{count} units with stale bytes after the queue's logical end", first_live)
+    write = delete = []
+    if any(is_divergence(f) for f in findings):
+        write = sorted(n for n, data in rebuilt.items() if live.get(n) != data)
+        delete = sorted(n for n in live if n not in rebuilt)
+    first = int(rebuilt_base[0]) if r_end else None
+    row = _row(topic, queue_id, findings, l_end, r_end, _batch_end(lv, l_end), first, _batch_end(rb, r_end))
+    return QueueAudit(topic, queue_id, findings, row, write, delete, rel_dir)
+
+
+def _batch_end(units: np.ndarray, n: int) -> int | None:
+    """One past the last queue offset of the first ``n`` units: msgBaseOffset + batchSize of the last."""
+    return int(units["msg_base_offset"][n - 1]) + int(units["batch_size"][n - 1]) if n else None
+
+
+def _batch_units(files: Mapping[str, bytes]) -> np.ndarray:
+    """A BatchConsumeQueue's units in file order (whole units of each file)."""
+    parts = [batchcq.decode_units(files[n]) for n in sorted(files)]
+    return np.concatenate(parts) if parts else np.zeros(0, batchcq.BCQ_UNIT_DTYPE)
+
+
 # --- CommitLog -------------------------------------------------------------------------------
 
 #: rebuild findings at which the broker's recovery check stops (CRC checked on recovery)
-RECOVERY_STOPS = ("crc-mismatch", "length-mismatch", "bad-delay-level")
+RECOVERY_STOPS = ("crc-mismatch", "crc-property-mismatch", "length-mismatch", "bad-delay-level")
+
+
+def stops_recovery(kind: str, cfg: BrokerConfig) -> bool:
+    """Whether ``CommitLog.checkMessageAndReturnSize`` rejects such a record at recovery: with
+    ``checkCRCOnRecover`` it checks BODYCRC, or instead the ``__CRC32#`` property when ``forceVerifyPropCRC``."""
+    if kind == "crc-mismatch":
+        return cfg.checkCRCOnRecover and not cfg.forceVerifyPropCRC
+    if kind == "crc-property-mismatch":
+        return cfg.checkCRCOnRecover and cfg.forceVerifyPropCRC
+    return kind in RECOVERY_STOPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -545,12 +655,7 @@ def check_commitlog(
             (f for f in rebuild_findings if f.commitlog_offset is not None and f.commitlog_offset >= begin),
             key=lambda f: f.commitlog_offset or 0,
         )
-        stops = [
-            f
-            for f in stops
-            if (f.kind in RECOVERY_STOPS and (f.kind != "crc-mismatch" or cfg.checkCRCOnRecover))
-            or f.kind.startswith("segment-")
-        ]
+        stops = [f for f in stops if stops_recovery(f.kind, cfg) or f.kind.startswith("segment-")]
         if stops and (stops[0].commitlog_offset or 0) < commitlog_max:
             f = stops[0]
             at = f.commitlog_offset or 0
@@ -724,7 +829,7 @@ def repair(action: str, file: str, source: str | None, reason: str) -> dict[str,
 
 def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, object]]:
     """Replace or create the rebuilt files of a divergent queue, delete the live files it should not have."""
-    rel = queue_dir(qa.topic, qa.queue_id)
+    rel = qa.rel_dir or queue_dir(qa.topic, qa.queue_id)
     why = ", ".join(k for k in qa.row["kinds"] if KINDS[k].repairable)  # type: ignore[union-attr]
     present = set(live_files)
     out = [repair("replace" if n in present else "create", f"{rel}/{n}", f"{rel}/{n}", why) for n in qa.write]

@@ -1,21 +1,25 @@
 """The broker's own properties file (``broker.conf``): the settings that shape store files.
 
 Java ``Properties`` syntax: ``key=value`` or ``key: value``, ``#``/``!`` comments,
-backslash line continuations. Settings the file does not set take the 4.9.x defaults.
+backslash line continuations. Settings the file does not set take the 4.9.x defaults (the 5.x ones agree).
+Topic attributes (``queue.type=BatchCQ``) come from the store's ``config/topics.json``.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from storelib.batchcq import BCQ_STORE_UNIT_SIZE
 from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import ConfigError
+from storelib.versions import RuleSet, rules_for
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -38,9 +42,42 @@ class BrokerConfig:
     messageIndexEnable: bool = True
     enableConsumeQueueExt: bool = False
     checkCRCOnRecover: bool = True
+    forceVerifyPropCRC: bool = False  # 5.2+: recovery checks __CRC32# instead of BODYCRC
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     #: hashSlotCount rule: "occupied" (current brokers) or "every-put" (very old brokers)
     hashSlotCountRule: str = "occupied"
+    enableMultiDispatch: bool = False
+    enableLmq: bool = False
+    rocksdbCQDoubleWriteEnable: bool = False
+    combineCQUseRocksdbForLmq: bool = False  # with the above, 5.5.0 writes no LMQ units into file queues
+    mapperFileSizeBatchConsumeQueue: int = 300_000 * BCQ_STORE_UNIT_SIZE
+    storeType: str = "default"
+    #: the broker release whose rules apply (``--broker-version``); "" = not given: 4.9 rules unless detected
+    brokerVersion: str = ""
+    #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
+    batchCQTopics: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> RuleSet:
+        """The dispatch rules of ``brokerVersion`` (storelib.versions)."""
+        return rules_for(self.brokerVersion or "4.9")
+
+    @property
+    def rocksdb_consume_queue(self) -> bool:
+        return self.storeType == "defaultRocksDB"
+
+    def is_batch_cq(self, topic: str) -> bool:
+        """The topic's units go to a BatchConsumeQueue: a BatchCQ topic under 5.0+ rules, in a file store."""
+        return self.rules.batch_cq and not self.rocksdb_consume_queue and topic in self.batchCQTopics
+
+    def dense_queue_offsets(self, topic: str) -> bool:
+        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store (by INNER_NUM)."""
+        return not (self.rocksdb_consume_queue and topic in self.batchCQTopics)
+
+    @property
+    def multi_dispatch_to_files(self) -> bool:
+        """LMQ units go into file ConsumeQueues: ``enableMultiDispatch``, unless 5.5.0 keeps LMQ in RocksDB."""
+        return self.enableMultiDispatch and not (self.rocksdbCQDoubleWriteEnable and self.combineCQUseRocksdbForLmq)
 
     @property
     def cq_file_size(self) -> int:
@@ -112,9 +149,13 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
     return value
 
 
+#: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
+_FROM_STORE = ("batchCQTopics",)
+
+
 def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
     """Take the settings BrokerConfig knows; everything else in the file is ignored."""
-    fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+    fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in _FROM_STORE}
     kwargs = {name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields}
     cfg = BrokerConfig(**kwargs)
     validate(cfg)
@@ -139,6 +180,23 @@ def validate(cfg: BrokerConfig) -> None:
     if cfg.hashSlotCountRule not in ("occupied", "every-put"):
         raise ConfigError("hashSlotCountRule must be 'occupied' or 'every-put'")
     cfg.delay_levels_ms  # noqa: B018 - raises on an unreadable messageDelayLevel
+    cfg.rules  # noqa: B018 - raises on an unreadable or unsupported brokerVersion
+    if cfg.mapperFileSizeBatchConsumeQueue <= 0 or cfg.mapperFileSizeBatchConsumeQueue % BCQ_STORE_UNIT_SIZE:
+        raise ConfigError("mapperFileSizeBatchConsumeQueue must be a positive multiple of the 46-byte unit")
+
+
+def batch_cq_topics(topics_json: str) -> tuple[str, ...]:
+    """Topics of ``config/topics.json`` whose attribute ``queue.type`` is BatchCQ (TopicAttributes).
+
+    ``topicConfigTable.<topic>.attributes = {"queue.type": "BatchCQ"}``; the default is SimpleCQ.
+    """
+    try:
+        table = json.loads(topics_json).get("topicConfigTable") or {}
+    except (ValueError, AttributeError):
+        raise ConfigError("config/topics.json is not a TopicConfigSerializeWrapper JSON object") from None
+    return tuple(
+        sorted(t for t, c in table.items() if ((c or {}).get("attributes") or {}).get("queue.type") == "BatchCQ")
+    )
 
 
 def load_broker_config(path: str | Path | None) -> BrokerConfig:

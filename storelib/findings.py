@@ -108,6 +108,9 @@ KINDS: dict[str, Kind] = {
     "checkpoint-unreadable": Kind("warning", "the checkpoint file is missing or not 4096 bytes", True),
     # CommitLog (found by the rebuild's scan, included as is)
     "crc-mismatch": Kind("warning", "a record whose BODYCRC does not match its body (kept: it frames correctly)"),
+    "crc-property-mismatch": Kind(
+        "warning", "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly)"
+    ),
     "length-mismatch": Kind("error", "a record whose fields do not add up to its TOTALSIZE (skipped by its length)"),
     "bad-delay-level": Kind("error", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an integer"),
     "commitlog-torn-tail": Kind(

@@ -193,7 +193,8 @@ def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSumm
     out = []
     for seg in segments:
         for d in summaries[seg.name].damage:
-            what = "kept: the record frames correctly and is dispatched" if d.kind == DAMAGE_CRC else "not dispatched"
+            kept = d.kind in (DAMAGE_CRC, "crc-property-mismatch")
+            what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
             out.append(
                 finding(
                     d.kind,

@@ -117,9 +117,7 @@ def test_console_summary_lists_the_worst_fifteen_then_one_line() -> None:
     findings = [wrong_entry()] + [crc(100 + i) for i in range(16)]
     findings.append(finding("cq-expired-head", "consumequeue/T/0", "head expired", topic="T", queue_id=0))
     lines = console_summary(report(findings, 1), "/reports/run1").splitlines()
-    first = lines.index(
-        f"  ERROR   cq-wrong-entries: consumequeue/{HOSTILE}/0: 1 entry of {HOSTILE} differs {IMG}"
-    )
+    first = lines.index(f"  ERROR   cq-wrong-entries: consumequeue/{HOSTILE}/0: 1 entry of {HOSTILE} differs {IMG}")
     assert lines[first + 1] == f"  WARNING crc-mismatch: commitlog/{IMG}: BODYCRC {IMG}"
     assert lines[first + 15] == "  ... 2 more in the report"  # 17 divergences; the info is not listed
     assert lines[0].startswith("VERDICT: ")  # the verdict comes first (storelib.verdict)

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from storelib import batchcq
 from storelib.commitlog import END_UNREADABLE, RecordBatch, SegmentScanner
 from storelib.config import BrokerConfig
-from storelib.constants import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.constants import CQ_STORE_UNIT_SIZE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.consumequeue import encode_units
 from storelib.dispatch import Dispatch, dispatch_batch
 from storelib.segments import Damage, Segment, SegmentSummary
@@ -75,25 +76,64 @@ def message_rows(segment: str, b: RecordBatch, d: Dispatch) -> pa.RecordBatch:
 
 
 def cq_runs(segment: str, b: RecordBatch, d: Dispatch) -> pa.RecordBatch:
-    """One CQ_RUN_SCHEMA row per run of consecutive queue offsets of one queue, units as on disk."""
-    cq = np.flatnonzero(d.to_consume_queue)
-    code, qid, qo = b.topic_code[cq], b.queue_id[cq], b.queue_offset[cq]
-    order = np.lexsort((qo, qid, code))  # stable within a queue: commitlog order
-    cq, code, qid, qo = cq[order], code[order], qid[order], qo[order]
-    new_run = np.ones(len(cq), dtype=bool)
-    new_run[1:] = (code[1:] != code[:-1]) | (qid[1:] != qid[:-1]) | (qo[1:] != qo[:-1] + 1)
-    starts = np.flatnonzero(new_run)
-    ends = np.append(starts[1:], len(cq))
-    units = encode_units(b.physical_offset[cq], b.total_size[cq], d.tags_code[cq])
+    """One CQ_RUN_SCHEMA row per run of consecutive queue offsets of one queue, units as on disk.
+
+    ConsumeQueue and LMQ queues get 20-byte units (queue offset = position); a BatchCQ topic's queues get
+    46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config).
+    """
+    simple = np.flatnonzero(d.to_consume_queue & ~d.batch_cq)
+    lmq_names = sorted(set(d.lmq.queue))
+    names = [*b.topic_names, *lmq_names]
+    lmq_code = np.array([len(b.topic_names) + lmq_names.index(q) for q in d.lmq.queue], np.int32)
+    rec = np.concatenate((simple, d.lmq.record))
+    qo = np.concatenate((b.queue_offset[simple], d.lmq.queue_offset))
+    simple_runs = _runs(
+        np.concatenate((b.topic_code[simple], lmq_code)),
+        np.concatenate((b.queue_id[simple], d.lmq.queue_id)),
+        qo,
+        qo + 1,
+        encode_units(b.physical_offset[rec], b.total_size[rec], d.tags_code[rec]),
+        CQ_STORE_UNIT_SIZE,
+    )
+    bcq = np.flatnonzero(d.batch_cq)
+    base = d.msg_base_offset[bcq]
+    units = batchcq.encode_units(
+        b.physical_offset[bcq], b.total_size[bcq], d.tags_code[bcq], b.store_timestamp[bcq], base, d.batch_size[bcq]
+    )
+    batch_runs = _runs(
+        b.topic_code[bcq], b.queue_id[bcq], base, base + d.batch_size[bcq], units, batchcq.BCQ_STORE_UNIT_SIZE
+    )
+    code, qid, first, count, data = (s + t for s, t in zip(simple_runs, batch_runs))
     cols = [
-        pa.array([segment] * len(starts), pa.string()),
-        pa.array([b.topic_names[c] for c in code[starts].tolist()], pa.string()),
-        pa.array(qid[starts]),
-        pa.array(qo[starts]),
-        pa.array((ends - starts).astype(np.int64)),
-        pa.array([units[s * 20 : e * 20] for s, e in zip(starts.tolist(), ends.tolist())], pa.binary()),
+        pa.array([segment] * len(code), pa.string()),
+        pa.array([names[c] for c in code], pa.string()),
+        pa.array(qid, pa.int32()),
+        pa.array(first, pa.int64()),
+        pa.array(count, pa.int64()),
+        pa.array(data, pa.binary()),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=CQ_RUN_SCHEMA)
+
+
+def _runs(
+    code: np.ndarray, qid: np.ndarray, first: np.ndarray, nxt: np.ndarray, units: bytes, unit: int
+) -> tuple[list[int], list[int], list[int], list[int], list[bytes]]:
+    """Units (in the order of ``code``) cut into runs of one queue (topic code, queueId) whose queue offsets
+    continue each other (``first`` of a unit == ``nxt`` of the one before): (code, qid, first, count, bytes)."""
+    order = np.lexsort((first, qid, code))  # stable within a queue: commitlog order
+    code, qid, first, nxt = code[order], qid[order], first[order], nxt[order]
+    data = np.frombuffer(units, np.uint8).reshape(-1, unit)[order].tobytes()
+    new_run = np.ones(len(code), dtype=bool)
+    new_run[1:] = (code[1:] != code[:-1]) | (qid[1:] != qid[:-1]) | (first[1:] != nxt[:-1])
+    starts = np.flatnonzero(new_run)
+    ends = np.append(starts[1:], len(code))
+    return (
+        code[starts].tolist(),
+        qid[starts].tolist(),
+        first[starts].tolist(),
+        (ends - starts).tolist(),
+        [data[s * unit : e * unit] for s, e in zip(starts.tolist(), ends.tolist())],
+    )
 
 
 def index_entries(b: RecordBatch, d: Dispatch) -> bytes:
@@ -164,6 +204,8 @@ class _Tally:
         for i, value in d.bad_delay:
             offset = int(b.physical_offset[i])
             self.damage.append(Damage("bad-delay-level", offset, f"DELAY={value!r} is not an integer"))
+        for i, detail in d.bad_crc_property:
+            self.damage.append(Damage("crc-property-mismatch", int(b.physical_offset[i]), detail))
         for offset in damaged + [x.commitlog_offset for x in self.damage]:
             self.after[offset] = self.after.get(offset, 0) + int((b.physical_offset >= offset).sum())
 

@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from storelib.batchcq import BCQ_STORE_UNIT_SIZE, BatchQueueFiles, batch_queue_dir
 from storelib.config import BrokerConfig
+from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.consumequeue import QueueFiles
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
@@ -23,24 +25,33 @@ ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 class _QueueWriter:
-    """One queue's files, written as each completes (memory: one ConsumeQueue file)."""
+    """One queue's files, written as each completes (memory: one ConsumeQueue file): a ConsumeQueue, or a
+    BatchConsumeQueue for a BatchCQ topic (``cfg.is_batch_cq``)."""
 
-    def __init__(self, out_uri: str, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(self, out_uri: str, topic: str, queue_id: int, cfg: BrokerConfig) -> None:
         self.topic, self.queue_id = topic, queue_id
-        self.files = QueueFiles(file_size)
+        self.batch = cfg.is_batch_cq(topic)
+        self.dense = cfg.dense_queue_offsets(topic)
+        self.files = (
+            BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
+        )
         self.names: list[str] = []
         self.refused: Finding | None = None
         self.last_commitlog_offset = -1
         self.fs, root = resolve(out_uri)
         try:
-            self.dir = join(root, queue_dir(topic, queue_id))
+            self.rel = (batch_queue_dir if self.batch else queue_dir)(topic, queue_id)
+            self.dir = join(root, self.rel)
         except HostileNameError as exc:
             self.refused = finding("hostile-topic-name", "commitlog", exc.reason, topic=topic, queue_id=queue_id)
 
     def add_run(self, first_queue_offset: int, units: bytes) -> None:
-        self.last_commitlog_offset = int.from_bytes(units[-20:-12], "big", signed=True)
+        """Units of consecutive queue offsets from ``first_queue_offset`` (a BatchConsumeQueue's carry their own)."""
+        unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
+        self.last_commitlog_offset = int.from_bytes(units[-unit : -unit + 8], "big", signed=True)
         if self.refused is None:
-            self._write(self.files.add_run(first_queue_offset, units))
+            files = self.files.add_run(units) if self.batch else self.files.add_run(first_queue_offset, units)
+            self._write(files)
 
     def _write(self, files: Iterator[tuple[str, bytes]]) -> None:
         for name, data in files:
@@ -53,8 +64,8 @@ class _QueueWriter:
             findings.append(self.refused.to_dict())
         else:
             self._write(self.files.finish())
-        rel = "commitlog" if self.refused else queue_dir(self.topic, self.queue_id)
-        for f in self.files.findings:
+        rel = "commitlog" if self.refused else self.rel
+        for f in self.files.findings if self.dense else []:
             what = "missing from" if f.kind == "queue-offset-gap" else "repeated in"
             findings.append(
                 finding(
@@ -87,7 +98,6 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
     Input columns: topic, queue_id, queue_offset (of a run's first unit), count, data (units).
     Output: one QUEUE_SUMMARY_SCHEMA row per queue.
     """
-    file_size = cfg.cq_file_size
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: _QueueWriter | None = None
@@ -98,7 +108,7 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
                 if current is None or (current.topic, current.queue_id) != key:
                     if current is not None:
                         done.append(current.finish())
-                    current = _QueueWriter(out_uri, *key, file_size)
+                    current = _QueueWriter(out_uri, *key, cfg)
                 current.add_run(run["queue_offset"], run["data"])
         if current is not None:
             done.append(current.finish())

@@ -28,7 +28,7 @@ from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
-from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments
+from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, store_rules
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
@@ -105,6 +105,7 @@ def audit(
             check_outside_store(store, uri, option)
     before = store_state(store)
     segments, listing = list_segments(store, run)
+    store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
     scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
     audited = [s for s in segments if s.start >= scope.start]
     temporary = rebuilt is None
@@ -199,6 +200,7 @@ def _finish(
             "seconds": round(time.monotonic() - a.t0, 3),
             "segments": [dataclasses.asdict(s) for s in a.facts],
             "scope": a.scope.to_dict(),
+            "broker_rules": a.rebuild_report.get("broker_rules"),
             **_provenance(a),
         },
         "summary": summary,

@@ -1,16 +1,28 @@
-"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it."""
+"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it.
+
+ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
+units in batchconsumequeue/) through ``audit_batch_queue`` below, which runs on the executors too.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.fs as pafs
 from pyspark.sql import types as T
 
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueAudit, queue_repairs
-from storelib.findings import Finding
+from storelib.audit import QueueAudit, classify_batch_queue, queue_repairs
+from storelib.batchcq import BATCH_CONSUMEQUEUE, batch_queue_dir
+from storelib.config import BrokerConfig
+from storelib.errors import HostileNameError
+from storelib.findings import Finding, finding
+from storelib.layout import CONSUMEQUEUE, is_valid_topic, parse_offset_name, parse_queue_id, queue_dir
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
+from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
@@ -29,10 +41,24 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     """Queue findings and repairs into ``a``; the per-queue rows of the report.
 
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
-    the audited segments.
+    the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
+    task (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
     """
-    live, a_findings = list_queues(a.store)
-    a.findings += a_findings
+    fs, root = resolve(a.store)
+    dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
+    if not dirs:
+        return _audit_queues(a, a.store, None)
+    with a.run.work_dir(a.rebuilt) as work:
+        return _audit_queues(a, _rocksdb_as_files(a, work, dirs[0]), dirs[0])
+
+
+def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dict[str, Any]]:
+    """The queues of ``live_root`` (the store, or the RocksDB ConsumeQueue in ``rocksdb_dir`` laid out as files)."""
+    live, a_findings = list_queues(live_root)
+    if rocksdb_dir is None:
+        a.findings += a_findings
+    else:
+        a.findings += _stale_file_queues(a.store)
     built, _ = list_queues(a.rebuilt)
     keys = sorted(set(live) | set(built))
     if a.scope.base:
@@ -43,11 +69,12 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         }
         a.scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
         keys = [k for k in keys if k in touched]
+    out = _audit_batch_queues(a)
     if not keys:
-        return []
+        return out
     rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
     tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
-    store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
+    store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl = a.rebuild_report["commitlog"]
     cl_min, cl_max = cl["min_offset"], cl["max_offset"]
     results = (
@@ -55,11 +82,107 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
         .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
         .collect()
     )
-    out = []
     for r in map(json.loads, results):
-        a.findings += [Finding.from_dict(f) for f in r["findings"]]
+        findings = [Finding.from_dict(f) for f in r["findings"]]
+        a.findings += findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in findings]
         if r["row"]:
             out.append(r["row"])
             qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
-            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))
+            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {})) if rocksdb_dir is None else []
     return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
+
+
+def list_batch_queues(store: str) -> dict[tuple[str, int], list[str]]:
+    """batchconsumequeue/<topic>/<queueId>/<20-digit start>: {(topic, queueId): file names}; other names are
+    not BatchConsumeQueue files and are left out."""
+    fs, root = resolve(store)
+    base = join(root, BATCH_CONSUMEQUEUE)
+    out: dict[tuple[str, int], list[str]] = {}
+    for info in list_files(fs, base, recursive=True):
+        parts = info.path[len(base) + 1 :].split("/")
+        if len(parts) == 3 and is_valid_topic(parts[0]) and parse_offset_name(parts[2]) is not None:
+            queue_id = parse_queue_id(parts[1])
+            if queue_id is not None:
+                out.setdefault((parts[0], queue_id), []).append(parts[2])
+    return out
+
+
+def audit_batch_queue(
+    key: tuple[str, int],
+    names: tuple[list[str], list[str]],
+    store: str,
+    rebuilt: str,
+    cfg: BrokerConfig,
+    cl: tuple[int, int],
+) -> dict[str, Any]:
+    """On an executor: one BatchConsumeQueue's live and rebuilt files read and classified (QueueAudit fields)."""
+    rel = batch_queue_dir(*key)
+
+    def read(uri: str, files: list[str]) -> dict[str, bytes]:
+        fs, root = resolve(uri)
+        return {n: read_file(fs, join(root, rel, n)) for n in files}
+
+    qa = classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)
+    return {"findings": [f.to_dict() for f in qa.findings], "row": qa.row, "write": qa.write, "delete": qa.delete}
+
+
+def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
+    """Every BatchConsumeQueue, live or rebuilt, one task each: findings and repairs into ``a``; their rows."""
+    live, built = list_batch_queues(a.store), list_batch_queues(a.rebuilt)
+    keys = sorted(set(live) | set(built))
+    if not keys:
+        return []
+    store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
+    cl = (a.rebuild_report["commitlog"]["min_offset"], a.rebuild_report["commitlog"]["max_offset"])
+    tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
+    results = (
+        a.run.spark.sparkContext.parallelize(tasks, min(len(tasks), 200))
+        .map(lambda t: audit_batch_queue(t[0], t[1], store, rebuilt, cfg, cl))
+        .collect()
+    )
+    out = []
+    for (key, (live_names, _)), r in zip(tasks, results):
+        a.findings += [Finding.from_dict(f) for f in r["findings"]]
+        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], batch_queue_dir(*key))
+        a.repairs += queue_repairs(qa, live_names)
+        out.append(r["row"])
+    return out
+
+
+def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
+    """One task copies the store's RocksDB ConsumeQueue (in ``rocksdb_dir``), opens the copy read-only and writes
+    every queue's units as ConsumeQueue files under ``work``; the root of those files."""
+    store, out, file_size = a.store, f"{work}/rocksdb", a.cfg.cq_file_size
+
+    def materialize(_: Any) -> list[str]:
+        root = resolve(store)[1]
+        ofs, oroot = resolve(out)
+        bad = []
+        for (topic, queue_id), units in read_units(join(root, rocksdb_dir)).items():
+            try:
+                rel = queue_dir(topic, queue_id)
+            except HostileNameError as exc:
+                bad.append(finding("hostile-name", rocksdb_dir, f"RocksDB ConsumeQueue: {exc.reason}").to_dict())
+                continue
+            for name, data in as_queue_files(units, file_size):
+                write_file(ofs, join(oroot, rel, name), data)
+        return [json.dumps(bad)]
+
+    bad = a.run.spark.sparkContext.parallelize([0], 1).flatMap(materialize).collect()
+    a.findings += [Finding.from_dict(f) for f in json.loads(bad[0])]
+    return out
+
+
+def _stale_file_queues(store: str) -> list[Finding]:
+    """``<topic>/<queueId>`` directories in consumequeue/ of a RocksDB store: file queues from before a switch,
+    not read by the broker and not trusted here."""
+    fs, root = resolve(store)
+    sel = pafs.FileSelector(join(root, CONSUMEQUEUE), allow_not_found=True)
+    dirs = sorted(i.base_name for i in fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
+    message = "a file ConsumeQueue directory beside the RocksDB ConsumeQueue (left from before a switch); not read"
+    return [finding("stray-file", f"{CONSUMEQUEUE}/{d}", message) for d in dirs]
+
+
+def _in_rocksdb(f: Finding, rocksdb_dir: str) -> Finding:
+    """A queue finding about the RocksDB ConsumeQueue: its file is the database, the position a CQ index."""
+    return dataclasses.replace(f, file=rocksdb_dir, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")

@@ -1,5 +1,7 @@
 """The rebuild on the driver: CommitLog segments -> ConsumeQueue and IndexFile files, byte-exact.
 
+0. the store's rules: BatchCQ topics (config/topics.json, batchconsumequeue/) and the broker release's rule set
+   (``--broker-version``, else detected from the store: storelib.versions), into ``run.cfg``;
 1. list the segments (names, sizes; nothing read on the driver) and group them into parse tasks by bytes;
 2. one Spark job: parse the tasks on executors (udfs.parse) and, through a shuffle by queue, stream every
    queue's units into its ConsumeQueue files (udfs.write); each segment leaves its summary and its
@@ -13,28 +15,39 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import json
 import time
 import uuid
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, spark_schema
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.progress import Progress
+from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.checkpoint import Checkpoint
+from storelib.commitlog import SegmentScanner
+from storelib.config import BrokerConfig, batch_cq_topics
+from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
 from storelib.errors import BadInput, DamageStop
 from storelib.findings import Finding, finding
 from storelib.indexfile import (
+    IndexFileReader,
+    IndexHeader,
     build_index_file_head,
     entries_per_file,
     index_file_plans,
     index_file_size,
     needs_empty_tail_file,
 )
-from storelib.layout import COMMITLOG, deterministic_index_names
+from storelib.layout import CHECKPOINT, COMMITLOG, INDEX, deterministic_index_names, is_index_name
 from storelib.report import REBUILD_REPORT, build_rebuild_report
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
+from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
     RECORD_DAMAGE,
     ListedFile,
@@ -46,6 +59,7 @@ from storelib.segments import (
     plan_segments,
     settle_torn_tail,
 )
+from storelib.versions import StoreFacts, record_clues, select, version_text
 from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
@@ -63,6 +77,9 @@ ON_ERROR = ("stop", "skip-segment")
 TASK_BYTES = 256 << 20
 #: rows per Arrow batch handed to the writers: a run row holds up to a few MB of packed units
 RUN_ROWS_PER_BATCH = 16
+#: detection reads this much of one segment, and checks the tag keys of at most this many messages
+SAMPLE_BYTES = 4 << 20
+TAG_KEY_SAMPLE = 32
 
 
 @dataclasses.dataclass
@@ -98,6 +115,107 @@ def list_segments(store: str, run: Run) -> tuple[list[Segment], list[Finding]]:
     if not segments:
         raise BadInput(f"{store}: the commitlog directory holds no segments")
     return segments, findings
+
+
+def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]:
+    """Put the store's BatchCQ topics and the broker rules into ``run.cfg``; rebuild.json's ``broker_rules``.
+
+    BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json or the RocksDB config/topics/, plus every
+    ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ (or consumequeue_rocksdb/) means
+    ``storeType=defaultRocksDB``: every queue is
+    then rebuilt as a ConsumeQueue, what that RocksDB holds (storelib.rocksdbcq).
+    Rules: ``--broker-version`` when given, else what the store's clues say (storelib.versions.detect).
+    """
+    fs, root = resolve(store)
+    topics_json = join(root, "config", "topics.json")
+    topics = set()
+    if fs.get_file_info(topics_json).type == pafs.FileType.File:
+        topics |= set(batch_cq_topics(read_file(fs, topics_json).decode("utf-8", "replace")))
+    topics |= {i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE)) if i.type == pafs.FileType.Directory}
+    topics_db = join(root, "config", "topics")
+    if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
+        topics |= set(rocksdb_batch_cq_topics(topics_db))
+    rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
+    store_type = "defaultRocksDB" if rocksdb else run.cfg.storeType
+    cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
+    facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
+    rules, info = select(cfg.brokerVersion, facts)
+    run.cfg = dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or version_text(rules.first))
+    return info
+
+
+def _entries(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
+    return sorted(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)), key=lambda i: i.base_name)
+
+
+def _read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``offset``; b"" when the file is missing or shorter."""
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return b""
+    with fs.open_input_file(path) as f:
+        return f.read_at(min(size, f.size() - offset), offset) if f.size() > offset else b""
+
+
+def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
+    """The clues detection reads: root and consumequeue/ entries, the checkpoint, and the first SAMPLE_BYTES
+    of the segment holding the newest IndexFile's last entry (else the last segment), with their tag keys
+    looked up in the live IndexFiles (a local IndexFile is memory-mapped, a remote one read whole)."""
+    index_dir = join(root, INDEX)
+    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
+    headers = [IndexHeader.unpack(_read_at(fs, p, 0, 40)) for p in index]
+    end = headers[-1].end_phy_offset if headers else segments[-1].start
+    seg = [s for s in segments if s.start <= end][-1] if segments[0].start <= end else segments[0]
+    cfg49 = dataclasses.replace(cfg, brokerVersion="4.9")
+    counts: dict[str, int] = {}
+    tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
+    data = _read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
+    for b in SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False):
+        d = dispatch_batch(b, cfg49)
+        counts.update(record_clues(b, counts))
+        topics, tags, uniq = b.topic, d.tags, d.uniq_key
+        for i in np.flatnonzero(d.to_consume_queue).tolist():
+            if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
+                t = topics[i]
+                tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
+    found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
+    return StoreFacts(
+        root_entries=frozenset(i.base_name for i in _entries(fs, root)),
+        consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
+        checkpoint=_read_at(fs, join(root, CHECKPOINT), 0, 48),
+        **counts,
+        tag_keys_found=found,
+        tag_keys_checked=checked,
+    )
+
+
+def _segment_path(seg: Segment) -> str:
+    return resolve(seg.uri)[1]
+
+
+def _tag_keys_found(
+    fs: pafs.FileSystem,
+    index: list[str],
+    headers: list[IndexHeader],
+    tagged: list[tuple[int, str, str]],
+    cfg: BrokerConfig,
+) -> tuple[int, int]:
+    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many its
+    ``topic#T#tags`` chain finds too: (found, checked)."""
+    readers: dict[int, IndexFileReader] = {}
+    found = checked = 0
+    for offset, uniq_key, tag_key in tagged:
+        k = next((k for k, h in enumerate(headers) if h.begin_phy_offset <= offset <= h.end_phy_offset), None)
+        if k is None:
+            continue
+        if k not in readers:
+            local = isinstance(fs, pafs.LocalFileSystem)
+            data = memoryview(pa.memory_map(index[k]).read_buffer()) if local else read_file(fs, index[k])
+            readers[k] = IndexFileReader(data, cfg, index[k])
+        r, span = readers[k], (0, 1 << 62)
+        if offset in r.select_phy_offsets(uniq_key, 64, *span):
+            checked += 1
+            found += offset in r.select_phy_offsets(tag_key, 64, *span)
+    return found, checked
 
 
 def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str) -> Any:
@@ -262,6 +380,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run)
+    broker_rules = store_rules(run, store, segments)
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
@@ -277,8 +396,9 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         index_files = write_index_files(run, staging, scratch, segments, summaries)
         for q in queues:
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
-        checkpoint = rebuilt_checkpoint(summaries.values(), index_files)
+        checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
+        report["broker_rules"] = broker_rules
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
@@ -295,9 +415,17 @@ def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> list[dict
     return write_consume_queues(run, runs.where(~runs.segment.isin(skipped)), staging)
 
 
+def live_checkpoint(store: str) -> Checkpoint | None:
+    """The store's checkpoint, None when missing or shorter than its first five fields."""
+    fs, root = resolve(store)
+    data = _read_at(fs, join(root, CHECKPOINT), 0, 48)
+    return Checkpoint.unpack(data) if len(data) >= 40 else None
+
+
 def rebuilt_checkpoint(summaries: Any, index_files: list[dict[str, Any]]) -> Checkpoint:
     """physicMsgTimestamp = the last message's store time, logicsMsgTimestamp = the last ConsumeQueue-dispatched
-    message's, indexMsgTimestamp = the last IndexFile's endTimestamp (every rebuilt file is complete)."""
+    message's, indexMsgTimestamp = the last IndexFile's endTimestamp (every rebuilt file is complete); the 5.x
+    offsets are the live checkpoint's (``Checkpoint.with_5x_fields_of``)."""
     summaries = list(summaries)
     return Checkpoint(
         physic_msg_timestamp=max((s.last_store_timestamp for s in summaries), default=0),

@@ -155,16 +155,12 @@ def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
 
 
 def _checkpoint(store: str, rebuilt: str) -> bytes:
-    """The rebuilt checkpoint's timestamps; masterFlushedOffset and confirmPhyOffset (5.x) kept from the live one."""
+    """The rebuilt checkpoint's timestamps; the 5.x offsets kept from the live one."""
     fs, root = resolve(rebuilt)
     new = Checkpoint.unpack(read_file(fs, join(root, "checkpoint")))
     path = local_path(store) / "checkpoint"
     old = Checkpoint.unpack(path.read_bytes()) if path.is_file() and path.stat().st_size == CHECKPOINT_SIZE else None
-    if old is not None:
-        new = dataclasses.replace(
-            new, master_flushed_offset=old.master_flushed_offset, confirm_phy_offset=old.confirm_phy_offset
-        )
-    return new.pack()
+    return new.with_5x_fields_of(old).pack()
 
 
 # --- applying ---------------------------------------------------------------------------------

@@ -1,0 +1,397 @@
+"""RocketMQ 5.x stores at the storelib level (no Spark): the real 5.5.0 broker's sample store rebuilt byte for
+byte (ConsumeQueue, LMQ queues, BatchConsumeQueue, IndexFiles with tag keys), the version rules and their
+detection, and the ``__CRC32#`` check.
+
+The oracle is the broker's own files in /work/shared/fixtures/rocketmq-5.5.0-sample/clean/ (see its README).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storelib import batchcq
+from storelib.audit import classify_batch_queue
+from storelib.checkpoint import Checkpoint
+from storelib.commitlog import SegmentScanner
+from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
+from storelib.consumequeue import QueueFiles
+from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
+from storelib.errors import ConfigError, StoreFormatError
+from storelib.indexfile import IndexFileSeries, IndexHeader
+from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
+from storelib.versions import StoreFacts, detect, rules_for
+
+FIXTURE_NAME = "rocketmq-5.5.0-sample"
+
+
+def find_shared(name: str) -> Path | None:
+    """``shared/fixtures/<name>`` in the nearest parent directory that has it (main checkout or worktree)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "fixtures" / name / "README.md").is_file():
+            return parent / "shared" / "fixtures" / name
+    return None
+
+
+@pytest.fixture(scope="module")
+def v5_fixture() -> Path:
+    path = find_shared(FIXTURE_NAME)
+    if path is None:
+        pytest.skip(f"the RocketMQ 5.5.0 sample store ({FIXTURE_NAME}) is not under any parent's shared/fixtures")
+    return path
+
+
+def store_config(root: Path, conf: Path, version: str) -> BrokerConfig:
+    """broker.conf plus the store's BatchCQ topics and the given broker version."""
+    cfg = load_broker_config(conf)
+    topics = batch_cq_topics((root / "config" / "topics.json").read_text())
+    return dataclasses.replace(cfg, brokerVersion=version, batchCQTopics=topics)
+
+
+@dataclasses.dataclass
+class Rebuilt:
+    files: dict[str, bytes]  # store-relative path -> bytes (consumequeue/, batchconsumequeue/)
+    index: list[bytes]
+    findings: list[object]
+    bad_crc: list[tuple[int, str]]  # (commitlog offset, detail)
+
+
+def rebuild_store(root: Path, cfg: BrokerConfig) -> Rebuilt:
+    """Every queue file and IndexFile storelib derives from ``root/commitlog``."""
+    simple: dict[tuple[str, int], QueueFiles] = {}
+    batch: dict[tuple[str, int], batchcq.BatchQueueFiles] = {}
+    files: dict[str, bytes] = {}
+    series, index, bad_crc = IndexFileSeries(cfg), [], []
+
+    def keep(prefix: str, key: tuple[str, int], out) -> None:
+        files.update({f"{prefix}/{key[0]}/{key[1]}/{name}": data for name, data in out})
+
+    for path in sorted((root / "commitlog").iterdir()):
+        with path.open("rb") as f:
+            scanner = SegmentScanner(f, path.name, int(path.name), path.stat().st_size, True, 16 << 10)
+            for b in scanner:
+                d = dispatch_batch(b, cfg)
+                bad_crc += [(int(b.physical_offset[i]), detail) for i, detail in d.bad_crc_property]
+                units = collections.defaultdict(list)  # (queue, qid) -> [(queue offset, record)]
+                for i in np.flatnonzero(d.to_consume_queue & ~d.batch_cq).tolist():
+                    units[b.topic[i], int(b.queue_id[i])].append((int(b.queue_offset[i]), i))
+                for r, q, qid, qo in zip(d.lmq.record, d.lmq.queue, d.lmq.queue_id, d.lmq.queue_offset):
+                    units[q, int(qid)].append((int(qo), int(r)))
+                for key, rows in units.items():
+                    qo, r = (np.array(c) for c in zip(*rows))
+                    q = simple.setdefault(key, QueueFiles(cfg.cq_file_size))
+                    keep("consumequeue", key, q.add(qo, b.physical_offset[r], b.total_size[r], d.tags_code[r]))
+                for i in np.flatnonzero(d.batch_cq).tolist():
+                    key = (b.topic[i], int(b.queue_id[i]))
+                    q = batch.setdefault(key, batchcq.BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue))
+                    one = [np.array([x]) for x in (b.physical_offset[i], b.total_size[i], d.tags_code[i])]
+                    one += [np.array([x]) for x in (b.store_timestamp[i], d.msg_base_offset[i], d.batch_size[i])]
+                    keep("batchconsumequeue", key, q.add_run(batchcq.encode_units(*one)))
+                r = d.index_record
+                index += series.add(d.index_key_hash, b.physical_offset[r], b.store_timestamp[r], b.physical_offset[-1])
+    findings = []
+    for prefix, queues in (("consumequeue", simple), ("batchconsumequeue", batch)):
+        for key, q in queues.items():
+            keep(prefix, key, q.finish())
+            findings += q.findings
+    index += series.finish()
+    return Rebuilt(files, [data for _, data in index], findings, bad_crc)
+
+
+def live_files(root: Path, *dirs: str) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def rebuilt_55(v5_fixture: Path) -> Rebuilt:
+    root = v5_fixture / "clean"
+    return rebuild_store(root, store_config(root, v5_fixture / "broker.conf", "5.5"))
+
+
+# --- 5.5.0 fixture: byte-exact -----------------------------------------------------------------------
+
+
+def test_queue_files_of_the_5_5_fixture_are_byte_identical(v5_fixture: Path, rebuilt_55: Rebuilt) -> None:
+    live = live_files(v5_fixture / "clean", "consumequeue", "batchconsumequeue")
+    assert sorted(rebuilt_55.files) == sorted(live)
+    assert [p for p, data in rebuilt_55.files.items() if live[p] != data] == []
+    assert len([p for p in live if p.startswith("consumequeue/")]) == 27
+    assert len([p for p in live if "%LMQ%" in p]) == 5
+    assert len([p for p in live if p.startswith("batchconsumequeue/")]) == 2
+    assert rebuilt_55.findings == []
+
+
+def test_index_files_of_the_5_5_fixture_are_byte_identical(v5_fixture: Path, rebuilt_55: Rebuilt) -> None:
+    live = [p.read_bytes() for p in sorted((v5_fixture / "clean" / "index").iterdir())]
+    assert len(rebuilt_55.index) == len(live) == 3
+    assert [i for i, (a, b) in enumerate(zip(rebuilt_55.index, live)) if a != b] == []
+    assert [IndexHeader.unpack(d).index_count for d in live] == [2000, 2000, 1705]
+
+
+def test_every_crc32_property_of_the_5_5_fixture_checks(rebuilt_55: Rebuilt) -> None:
+    assert rebuilt_55.bad_crc == []
+
+
+def test_5_3_rules_give_other_index_files_and_the_same_queues(v5_fixture: Path, rebuilt_55: Rebuilt) -> None:
+    """Without the tag keys (5.3 rules) the IndexFiles hold 4,074 entries, not 5,702, and none is equal."""
+    root = v5_fixture / "clean"
+    other = rebuild_store(root, store_config(root, v5_fixture / "broker.conf", "5.3.3"))
+    assert other.files == rebuilt_55.files
+    assert sum(IndexHeader.unpack(d).index_count - 1 for d in other.index) == 1823 + 2251
+    assert not set(other.index) & set(rebuilt_55.index)
+
+
+# --- __CRC32# ----------------------------------------------------------------------------------------
+
+
+def crc_piece(crc: int) -> bytes:
+    """``__CRC32#`` 0x01, ten digits least significant first, 0x02 (written here by hand, not by storelib)."""
+    digits = "".join(str(crc // 10**i % 10) for i in range(10))
+    return b"__CRC32#\x01" + digits.encode() + b"\x02"
+
+
+def test_crc_property_digits_are_least_significant_first() -> None:
+    assert crc_piece(123) == b"__CRC32#\x013210000000\x02"
+    assert property_crc("3210000000") == 123
+    assert property_crc("12a") is None
+
+
+def test_a_flipped_byte_is_a_crc_property_finding_and_later_records_stay(v5_fixture: Path, tmp_path: Path) -> None:
+    """One byte of a TopicOrders body flipped in a copy of a segment: that record alone fails, at its offset."""
+    seg = sorted((v5_fixture / "clean" / "commitlog").iterdir())[3]
+    data = bytearray(seg.read_bytes())
+    size = int.from_bytes(data[:4], "big")
+    # the record's own __CRC32# is its last 20 bytes: check the fixture's value by hand first
+    stored = int(data[size - 11 : size - 1].decode()[::-1])
+    assert stored == zlib.crc32(bytes(data[: size - 20])) & 0x7FFFFFFF
+    data[size - 40] ^= 0xFF  # inside the properties, before the CRC piece: framing is unchanged
+    cfg = store_config(v5_fixture / "clean", v5_fixture / "broker.conf", "5.5")
+    scanner = SegmentScanner(io.BytesIO(bytes(data)), seg.name, int(seg.name), len(data))
+    batches = list(scanner)
+    bad = [
+        (int(b.physical_offset[i]), detail) for b in batches for i, detail in dispatch_batch(b, cfg).bad_crc_property
+    ]
+    assert [offset for offset, _ in bad] == [int(seg.name)]
+    assert f"{stored} stored" in bad[0][1]
+    assert sum(len(b) for b in batches) == scanner.messages > 1
+
+
+# --- version rules --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "rule_set"),
+    [("4.9", "4.9"), ("4.9.7", "4.9"), ("5.0.0", "5.0"), ("5.1.1", "5.1.1"), ("5.3.3", "5.2"), ("5.5", "5.5")],
+)
+def test_a_version_picks_its_rule_set(version: str, rule_set: str) -> None:
+    assert rules_for(version).name == rule_set
+
+
+@pytest.mark.parametrize("version", ["4.8.0", "6.0", "five", "5"])
+def test_an_unsupported_or_unreadable_version_is_refused(version: str) -> None:
+    with pytest.raises(ConfigError):
+        rules_for(version)
+
+
+@pytest.mark.parametrize(
+    ("version", "source", "expected"),
+    [
+        # 4.9.x: every name gets an offset, the SCHEDULE_TOPIC_XXXX copy is dispatched, queueId 0 for %LMQ%
+        ("4.9.7", "SCHEDULE_TOPIC_XXXX", [("%LMQ%a", 0, 3), ("plain", 2, 4)]),
+        ("5.0.0", "SCHEDULE_TOPIC_XXXX", [("%LMQ%a", 0, 3)]),
+        ("5.1.2", "SCHEDULE_TOPIC_XXXX", []),
+        ("5.1.2", "rmq_sys_wheel_timer", []),
+        ("5.1.2", "rmq_sys_other", [("%LMQ%a", 0, 3)]),
+        ("5.5", "rmq_sys_other", []),
+        ("5.5", "%RETRY%g", []),
+        ("5.5", "TopicOrders", [("%LMQ%a", 0, 3)]),
+    ],
+)
+def test_lmq_targets_follow_the_version(version: str, source: str, expected: list) -> None:
+    cfg = BrokerConfig(enableMultiDispatch=True, enableLmq=True, brokerVersion=version)
+    assert lmq_targets(cfg, source, 2, "%LMQ%a,plain", "3,4") == expected
+
+
+def test_lmq_targets_skip_unequal_lists_and_split_like_java() -> None:
+    cfg = BrokerConfig(enableMultiDispatch=True, enableLmq=True, brokerVersion="5.5")
+    assert lmq_targets(cfg, "T", 1, "%LMQ%a,%LMQ%b", "3") == []
+    assert lmq_targets(cfg, "T", 1, "%LMQ%a,", "3,,") == [("%LMQ%a", 0, 3)]  # trailing empties dropped
+    assert lmq_targets(cfg, "T", 1, "%LMQ%a/b", "3") == []
+    assert lmq_targets(dataclasses.replace(cfg, enableLmq=False), "T", 1, "%LMQ%a", "3") == [("%LMQ%a", 1, 3)]
+
+
+def test_batch_cq_topics_come_from_topics_json() -> None:
+    text = '{"topicConfigTable": {"A": {"attributes": {"queue.type": "BatchCQ"}}, "B": {"attributes": {}}, "C": {}}}'
+    assert batch_cq_topics(text) == ("A",)
+    with pytest.raises(ConfigError):
+        batch_cq_topics("[]")
+
+
+# --- detection ----------------------------------------------------------------------------------------
+
+
+def test_no_clue_means_4_9_rules() -> None:
+    rules, found, why = detect(StoreFacts())
+    assert (rules.name, found) == ("4.9", [])
+    assert "no 5.x clue" in why
+
+
+def test_clues_raise_the_lower_bound() -> None:
+    facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
+    assert detect(facts)[0].name == "5.2"
+    assert detect(dataclasses.replace(facts, tag_keys_found=4))[0].name == "5.5"
+    assert detect(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3))[0].name == "5.0"
+
+
+def test_contradicting_clues_are_refused() -> None:
+    facts = StoreFacts(crc_property_records=2, props_records=5, props_ending_02=0)
+    with pytest.raises(ConfigError, match="--broker-version"):
+        detect(facts)
+
+
+def test_a_4_9_checkpoint_has_no_5_x_fields() -> None:
+    cp = (1).to_bytes(8, "big") * 3 + bytes(4096 - 24)
+    assert detect(StoreFacts(checkpoint=cp))[0].name == "4.9"
+    assert detect(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:]))[0].name == "5.0"
+
+
+# --- BatchConsumeQueue audit -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bcq_queue(v5_fixture: Path) -> tuple[BrokerConfig, dict[str, bytes]]:
+    root = v5_fixture / "clean"
+    cfg = store_config(root, v5_fixture / "broker.conf", "5.5")
+    q = root / "batchconsumequeue" / "TopicBatchCQ" / "0"
+    return cfg, {p.name: p.read_bytes() for p in q.iterdir()}
+
+
+def unit_at(data: bytes, k: int) -> tuple[int, ...]:
+    """Unit k of a BatchConsumeQueue file read by hand: offset, size, tagsCode, storeTime, base, batchSize."""
+    import struct
+
+    return struct.unpack_from(">qiqqqh", data, k * 46)
+
+
+def test_a_healthy_batch_queue_is_clean(bcq_queue) -> None:
+    cfg, files = bcq_queue
+    qa = classify_batch_queue("TopicBatchCQ", 0, files, files, cfg, 0, 1_438_095)
+    assert qa.findings == []
+    assert (qa.row["live_entries"], qa.row["live_end"], qa.row["rebuilt_end"]) == (38, 151, 151)
+    base, batch_size = unit_at(files["00000000000000000000"], 37)[4:]
+    assert base + batch_size == 151
+
+
+def test_batch_queue_damage_is_named(bcq_queue) -> None:
+    cfg, files = bcq_queue
+    name = "00000000000000000000"
+    data = bytearray(files[name])
+    lost_tail = bytes(data[: 36 * 46]).ljust(len(data), b"\0")  # the last two units never written
+    qa = classify_batch_queue("TopicBatchCQ", 0, {name: lost_tail}, files, cfg, 0, 1_438_095)
+    assert [(f.kind, f.count, f.queue_offset) for f in qa.findings] == [("cq-missing-tail", 2, unit_at(data, 36)[4])]
+    assert qa.write == [name]
+    data[5 * 46 + 8 : 5 * 46 + 12] = (999).to_bytes(4, "big")  # unit 5's size
+    qa = classify_batch_queue("TopicBatchCQ", 0, {name: bytes(data)}, files, cfg, 0, 1_438_095)
+    assert [(f.kind, f.file_offset) for f in qa.findings] == [("cq-wrong-entries", 5 * 46)]
+    qa = classify_batch_queue("TopicBatchCQ", 0, {}, files, cfg, 0, 1_438_095)
+    assert [f.kind for f in qa.findings] == ["cq-missing-queue"]
+
+
+# --- stores of the real-broker harness (tests/broker/), when cached ----------------------------------------
+
+HARNESS_STORES = Path.home() / ".cache" / "rmq-store-rebuild" / "stores"
+#: (version, variant) of the cached harness stores a rebuild must give back byte for byte
+BYTE_EXACT = [("4.9.7", "default"), ("5.3.3", "default"), ("5.5.0", "default"), ("5.5.0", "crc")]
+
+
+def harness_store(version: str, variant: str) -> Path:
+    """The newest complete harness store of that version and variant (skip when none is cached)."""
+    done = sorted(HARNESS_STORES.glob(f"{version}-{variant}-*/COMPLETE"), key=lambda p: p.stat().st_mtime)
+    if not done:
+        pytest.skip(f"no {version}-{variant} store of the real-broker harness under {HARNESS_STORES} (tests/broker/)")
+    return done[-1].parent
+
+
+def harness_config(store: Path, version: str) -> BrokerConfig:
+    """The harness store's broker.conf, BatchCQ topics as the rebuild finds them, and the broker version."""
+    root = store / "store"
+    topics_json = root / "config" / "topics.json"
+    topics = set(batch_cq_topics(topics_json.read_text())) if topics_json.is_file() else set()
+    if (root / "batchconsumequeue").is_dir():
+        topics |= {p.name for p in (root / "batchconsumequeue").iterdir()}
+    cfg = load_broker_config(store / "broker.conf")
+    return dataclasses.replace(cfg, brokerVersion=version, batchCQTopics=tuple(sorted(topics)))
+
+
+@pytest.mark.parametrize(("version", "variant"), BYTE_EXACT)
+def test_harness_store_is_rebuilt_byte_exact(version: str, variant: str) -> None:
+    store = harness_store(version, variant)
+    root = store / "store"
+    rebuilt = rebuild_store(root, harness_config(store, version))
+    live = live_files(root, "consumequeue", "batchconsumequeue")
+    assert sorted(rebuilt.files) == sorted(live)
+    assert [p for p, data in rebuilt.files.items() if live[p] != data] == []
+    assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
+    assert (rebuilt.findings, rebuilt.bad_crc) == ([], [])
+
+
+def test_the_4_9_7_store_dispatches_the_schedule_copy_to_lmq() -> None:
+    """4.9.x gives the SCHEDULE_TOPIC_XXXX copy of a delayed LMQ message its own LMQ units (FACTS.md)."""
+    store = harness_store("4.9.7", "default")
+    rebuilt = rebuild_store(store / "store", harness_config(store, "4.9.7"))
+    as_5x = rebuild_store(store / "store", harness_config(store, "5.2.0"))  # excludes SCHEDULE_TOPIC_XXXX
+    lmq = sorted(p for p in rebuilt.files if "%LMQ%" in p)
+    assert lmq and any(rebuilt.files[p] != as_5x.files.get(p) for p in lmq)
+
+
+# --- RocksDB ConsumeQueue -------------------------------------------------------------------------------
+
+
+def test_rocksdb_unit_keys_read_back() -> None:
+    key = unit_key("%LMQ%room-1", 0, 300)
+    assert key == b"\x00\x00\x00\x0b\x01%LMQ%room-1\x01\x00\x00\x00\x00\x01" + (300).to_bytes(8, "big")
+    assert parse_unit_key(key) == ("%LMQ%room-1", 0, 300)
+    with pytest.raises(StoreFormatError):
+        parse_unit_key(key[:-1])
+
+
+def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
+    """Every unit of the real 5.5.0 broker's RocksDB ConsumeQueue, laid out as files, equals the rebuilt files."""
+    store = harness_store("5.5.0", "rocksdb")
+    root = store / "store"
+    cfg = harness_config(store, "5.5")
+    cfg = dataclasses.replace(cfg, storeType="defaultRocksDB", batchCQTopics=("TopicBatchCQ",))
+    assert not cfg.is_batch_cq("TopicBatchCQ") and not cfg.dense_queue_offsets("TopicBatchCQ")
+    units = read_units(root / "consumequeue")
+    rebuilt = rebuild_store(root, cfg)
+    as_files = {
+        f"consumequeue/{t}/{q}/{name}": data
+        for (t, q), u in units.items()
+        for name, data in as_queue_files(u, cfg.cq_file_size)
+    }
+    assert sum(len(u) for u in units.values()) == 1711
+    assert sorted(as_files) == sorted(rebuilt.files)
+    assert [p for p in as_files if as_files[p] != rebuilt.files[p]] == []
+    assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+# --- checkpoint -------------------------------------------------------------------------------------------
+
+
+def test_5_5_checkpoint_offsets_are_read_and_kept() -> None:
+    """5.5.0 flushes logicsPhysicalOffset at byte 40 (FACTS.md); a rebuilt checkpoint keeps the live offsets."""
+    page = (harness_store("5.5.0", "default") / "store" / "checkpoint").read_bytes()
+    live = Checkpoint.unpack(page)
+    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big") > 0
+    rebuilt = Checkpoint(1, 2, 3).with_5x_fields_of(live)
+    assert rebuilt.pack()[:24] == Checkpoint(1, 2, 3).pack()[:24]
+    assert rebuilt.pack()[24:48] == page[24:48]
+    assert Checkpoint(1, 2, 3).with_5x_fields_of(None) == Checkpoint(1, 2, 3)
