@@ -54,3 +54,14 @@ def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_pat
     out = tmp_path_factory.mktemp("rebuilt") / "crashed"
     rebuild(Run(spark, fixture_cfg), str(fixture_dir / "crashed"), str(out), on_error="skip-segment")
     return out
+
+
+@pytest.fixture(scope="session")
+def v5_fixture() -> Path:
+    """The 5.5.0 sample store (see its README.md); skipped when it is absent."""
+    from tests.test_v5 import FIXTURE_NAME, find_shared
+
+    path = find_shared(FIXTURE_NAME)
+    if path is None:
+        pytest.skip(f"the RocketMQ 5.5.0 sample store ({FIXTURE_NAME}) is not under any parent's shared/fixtures")
+    return path

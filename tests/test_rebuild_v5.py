@@ -17,15 +17,7 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
 from storelib.rocksdbcq import unit_key
-from tests.test_v5 import FIXTURE_NAME, find_shared, harness_store
-
-
-@pytest.fixture(scope="module")
-def v5_fixture() -> Path:
-    path = find_shared(FIXTURE_NAME)
-    if path is None:
-        pytest.skip(f"the RocketMQ 5.5.0 sample store ({FIXTURE_NAME}) is not under any parent's shared/fixtures")
-    return path
+from tests.test_v5 import harness_store
 
 
 def tree(root: Path, *dirs: str) -> dict[str, bytes]:

@@ -39,14 +39,6 @@ def find_shared(name: str) -> Path | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def v5_fixture() -> Path:
-    path = find_shared(FIXTURE_NAME)
-    if path is None:
-        pytest.skip(f"the RocketMQ 5.5.0 sample store ({FIXTURE_NAME}) is not under any parent's shared/fixtures")
-    return path
-
-
 def store_config(root: Path, conf: Path, version: str) -> BrokerConfig:
     """broker.conf plus the store's BatchCQ topics and the given broker version."""
     cfg = load_broker_config(conf)
