@@ -54,6 +54,7 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     assert queues["%LMQ%room-4", 0]["entries"] == 72
 
 
+@pytest.mark.broker
 @pytest.mark.parametrize(
     ("version", "variant", "rules"),
     [("4.9.7", "default", "4.9"), ("5.3.3", "default", "5.2"), ("5.5.0", "default", "5.5"), ("5.5.0", "crc", "5.5")],
@@ -73,6 +74,7 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     assert result.exit_code == 0
 
 
+@pytest.mark.broker
 def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     """The real 5.5.0 broker's RocksDB store: detected, rebuilt as files, its units audited clean; a copy with
     one unit deleted from its RocksDB is a finding about that queue."""
@@ -106,6 +108,7 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     assert damaged.repairs == []
 
 
+@pytest.mark.broker
 def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> None:
     """kill -9 after the last send: the last record was never dispatched; the audit names the missing tails."""
     store = harness_store("5.5.0", "kill9")

@@ -141,7 +141,7 @@ def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
     # dry run: the plan, nothing changed
     assert recover(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), False, True, backup, audited=before) == 0
     plan = capsys.readouterr().out
-    assert "dry run" in plan and "truncate commitlog/00000000000003407872" in plan
+    assert "dry run" in plan and "zero commitlog/00000000000003407872 from file offset" in plan
     assert tree_digest(store) == damaged and not backup.exists()
 
     code = recover(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), True, True, backup, audited=before)
