@@ -22,6 +22,7 @@ Every result is a ``storelib.findings.Finding`` of a kind registered in ``storel
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
@@ -141,6 +142,124 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), (ends - starts).tolist()))
 
 
+@dataclasses.dataclass
+class _Queue:
+    """One queue laid out for comparison: live and rebuilt units by position from queue offset ``base``."""
+
+    topic: str
+    queue_id: int
+    live: Mapping[str, bytes]
+    rebuilt: Mapping[str, bytes]
+    file_size: int
+    base: int
+    lv: _Units
+    rb: _Units
+    commitlog_min: int
+    commitlog_max: int
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        queue_id: int,
+        live: Mapping[str, bytes],
+        rebuilt: Mapping[str, bytes],
+        file_size: int,
+        lo: int,
+        hi: int,
+    ) -> _Queue | None:
+        per_file = file_size // CQ_STORE_UNIT_SIZE
+        starts = [int(n) // CQ_STORE_UNIT_SIZE for n in (*live, *rebuilt)]
+        if not starts:
+            return None
+        base = min(starts)
+        n = max(starts) + per_file - base
+        lv = _Units.layout(live, base, n, per_file, file_size)
+        rb = _Units.layout(rebuilt, base, n, per_file, file_size)
+        return cls(topic, queue_id, live, rebuilt, file_size, base, lv, rb, lo, hi)
+
+    @property
+    def per_file(self) -> int:
+        return self.file_size // CQ_STORE_UNIT_SIZE
+
+    @property
+    def rel_dir(self) -> str:
+        return f"consumequeue/{self.topic}/{self.queue_id}"
+
+    @functools.cached_property
+    def idx(self) -> np.ndarray:
+        return np.arange(len(self.lv.state))
+
+    @functools.cached_property
+    def entries(self) -> np.ndarray:
+        """Positions of the rebuilt queue's entries."""
+        return np.flatnonzero(self.rb.valid)
+
+    @property
+    def r_min(self) -> int:
+        return int(self.entries[0]) if len(self.entries) else len(self.idx)
+
+    @property
+    def r_end(self) -> int:
+        return int(self.entries[-1]) + 1 if len(self.entries) else 0
+
+    @functools.cached_property
+    def l_end(self) -> int:
+        """Where ``ConsumeQueue.recover`` ends the live queue: its first unit that is neither valid nor blank."""
+        n = len(self.idx)
+        live_first = min(int(k) // CQ_STORE_UNIT_SIZE for k in self.live) - self.base if self.live else n
+        stops = np.flatnonzero(~(self.lv.valid | self.lv.blank)[live_first:])
+        return live_first + (int(stops[0]) if len(stops) else n - live_first)
+
+    @property
+    def reach(self) -> np.ndarray:
+        return self.idx < self.l_end
+
+    def path(self, i: int) -> str:
+        return f"{self.rel_dir}/{offset_file_name((self.base + i) // self.per_file * self.file_size)}"
+
+    def where(self, i: int) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "queue_offset": self.base + i,
+            "file_offset": (self.base + i) % self.per_file * CQ_STORE_UNIT_SIZE,
+        }
+
+    def first_count(self, kind: str, mask: np.ndarray, message: str, expected: str | None = None) -> list[Finding]:
+        """One finding for the units of ``mask``, at the first of them (``message`` gets count and first)."""
+        hits = np.flatnonzero(mask)
+        if not len(hits):
+            return []
+        i = int(hits[0])
+        lv, rb = self.lv, self.rb
+        return [
+            finding(
+                kind,
+                self.path(i),
+                message.format(count=len(hits), first=self.base + i),
+                **self.where(i),
+                commitlog_offset=int(rb.offset[i] if rb.valid[i] else lv.offset[i]),
+                count=len(hits),
+                expected=expected or (rb.text(i) if rb.valid[i] or rb.blank[i] else "no entry"),
+                actual=lv.text(i),
+            )
+        ]
+
+    def row(self, findings: list[Finding], live_entries: int) -> dict[str, object]:
+        b = self.base
+        return _row(
+            self.topic,
+            self.queue_id,
+            findings,
+            live_entries,
+            len(self.entries),
+            b + self.l_end,
+            b + self.r_min,
+            b + self.r_end,
+        )
+
+
 def classify_queue(
     topic: str,
     queue_id: int,
@@ -157,200 +276,195 @@ def classify_queue(
     valid record. ``schedule_tags_hash``: for SCHEDULE_TOPIC_XXXX, (commitlog offset, size) -> the
     TAGS hash of the record there (None when unreadable), to recognise the 4.9.8 crash-recovery quirk.
     """
-    file_size = cfg.cq_file_size
-    per_file = file_size // CQ_STORE_UNIT_SIZE
-    rel_dir = f"consumequeue/{topic}/{queue_id}"
-    starts = [int(n) // CQ_STORE_UNIT_SIZE for n in (*live, *rebuilt)]
-    if not starts:
+    q = _Queue.of(topic, queue_id, live, rebuilt, cfg.cq_file_size, commitlog_min, commitlog_max)
+    if q is None:
         return QueueAudit(topic, queue_id, [], _row(topic, queue_id, [], 0, 0, None, None, None), [], [])
-    base = min(starts)
-    n = max(starts) + per_file - base
-    lv = _Units.layout(live, base, n, per_file, file_size)
-    rb = _Units.layout(rebuilt, base, n, per_file, file_size)
-    idx = np.arange(n)
-
-    def path(i: int) -> str:
-        return f"{rel_dir}/{offset_file_name((base + i) // per_file * file_size)}"
-
-    def where(i: int) -> dict[str, object]:
-        return {
-            "topic": topic,
-            "queue_id": queue_id,
-            "queue_offset": base + i,
-            "file_offset": (base + i) % per_file * CQ_STORE_UNIT_SIZE,
-        }
-
-    findings: list[Finding] = []
-    r_entry = rb.valid
-    entries = np.flatnonzero(r_entry)
-    r_min = int(entries[0]) if len(entries) else n
-    r_end = int(entries[-1]) + 1 if len(entries) else 0
-    l_ok = lv.valid | lv.blank
-    live_first = min(int(k) // CQ_STORE_UNIT_SIZE for k in live) - base if live else n
-    stops = np.flatnonzero(~l_ok[live_first:])
-    l_end = live_first + (int(stops[0]) if len(stops) else n - live_first)  # ConsumeQueue.recover's end
-    reach = idx < l_end
-
-    # torn files: wrong length or a partial unit
-    for name, data in sorted(live.items()):
-        if len(data) != file_size:
-            s = int(name) // CQ_STORE_UNIT_SIZE - base
-            lost = np.flatnonzero(r_entry[s : s + per_file] & (lv.state[s : s + per_file] == _TORN)) + s
-            partial = len(data) % CQ_STORE_UNIT_SIZE
-            findings.append(
-                finding(
-                    "cq-torn-file",
-                    f"{rel_dir}/{name}",
-                    f"file is {len(data)} bytes, not {file_size}"
-                    + (f", ending in a partial unit of {partial} bytes" if partial else "")
-                    + f"; the broker will not load it; {len(lost)} entries of the queue are lost with it",
-                    topic=topic,
-                    queue_id=queue_id,
-                    queue_offset=base + int(lost[0]) if len(lost) else None,
-                    commitlog_offset=int(rb.offset[lost[0]]) if len(lost) else None,
-                    file_offset=len(data) - partial,
-                    count=len(lost),
-                    expected=f"{file_size} bytes",
-                    actual=f"{len(data)} bytes",
-                )
-            )
-
-    if not len(entries):
-        # no message of this queue in the commitlog: only expired entries are normal
-        live_entries = np.flatnonzero(lv.valid & reach)
-        expired = lv.offset[live_entries] < commitlog_min
-        if len(live_entries) and not expired.all():
-            i = int(live_entries[~expired][0])
-            findings.append(
-                finding(
-                    "cq-no-messages",
-                    path(i),
-                    f"the commitlog holds no message of {topic}/{queue_id}, but the live queue has "
-                    f"{int((~expired).sum())} entries pointing into it",
-                    **where(i),
-                    commitlog_offset=int(lv.offset[i]),
-                    count=int((~expired).sum()),
-                    expected="no queue",
-                    actual=lv.text(i),
-                )
-            )
-        elif len(live_entries):
-            i = int(live_entries[0])
-            findings.append(
-                finding(
-                    "cq-expired-head",
-                    path(i),
-                    f"all {len(live_entries)} entries point below the commitlog's min offset {commitlog_min}",
-                    **where(i),
-                    commitlog_offset=int(lv.offset[i]),
-                    count=len(live_entries),
-                )
-            )
-        elif live:
-            findings.append(_empty_queue(topic, queue_id, rel_dir, live, int(lv.nonzero.sum())))
-        delete = sorted(live) if any(is_divergence(f) for f in findings) else []
-        return QueueAudit(
-            topic, queue_id, findings, _row(topic, queue_id, findings, 0, 0, None, None, None), [], delete
-        )
-
+    findings = _torn_files(q)
+    if not len(q.entries):
+        return _without_messages(q, findings)
     if not live:
+        first = q.r_min
         findings.append(
             finding(
                 "cq-missing-queue",
-                rel_dir,
-                f"{len(entries)} entries (queue offsets {base + r_min} to {base + r_end - 1}) have no file",
+                q.rel_dir,
+                f"{len(q.entries)} entries (queue offsets {q.base + first} to {q.base + q.r_end - 1}) have no file",
                 topic=topic,
                 queue_id=queue_id,
-                queue_offset=base + r_min,
-                commitlog_offset=int(rb.offset[r_min]),
-                count=len(entries),
+                queue_offset=q.base + first,
+                commitlog_offset=int(q.rb.offset[first]),
+                count=len(q.entries),
             )
         )
-        row = _row(topic, queue_id, findings, 0, len(entries), None, base + r_min, base + r_end)
+        row = _row(topic, queue_id, findings, 0, len(q.entries), None, q.base + q.r_min, q.base + q.r_end)
         return QueueAudit(topic, queue_id, findings, row, sorted(rebuilt), [])
+    masks = _entry_masks(q, cfg, schedule_tags_hash)
+    findings += _entry_findings(q, masks) + _extra_files(q)
+    write, delete = _changes(
+        q, findings, masks["wrong"] | masks["quirk"] | masks["dirty"] | masks["pre_blank"] | masks["missing"]
+    )
+    row = q.row(findings, int((q.lv.valid & q.reach).sum()))
+    return QueueAudit(topic, queue_id, findings, row, write, delete)
 
-    same = (lv.offset == rb.offset) & (lv.size == rb.size) & (lv.tags == rb.tags)
-    differ = r_entry & lv.valid & ~same
-    quirk = np.zeros(n, dtype=bool)
-    if topic == SCHEDULE_TOPIC and schedule_tags_hash and cfg.rules.schedule_tagscode_quirk:
-        cand = np.flatnonzero(differ & (lv.offset == rb.offset) & (lv.size == rb.size))
-        quirk[cand] = [schedule_tags_hash(int(lv.offset[i]), int(lv.size[i])) == int(lv.tags[i]) for i in cand]
-    head = idx < r_min
-    not_entry = ~r_entry
-    expired = not_entry & head & lv.valid & (lv.offset < commitlog_min) & reach
-    dirty = not_entry & ~head & lv.valid & (lv.offset >= commitlog_max) & reach
-    extra = not_entry & lv.valid & reach & ~expired & ~dirty
-    wrong = (differ & ~quirk) | extra
-    pre_blank = (r_entry & lv.blank) | (rb.blank & lv.present & ~lv.valid & ~lv.blank)
-    missing = r_entry & ~lv.valid & ~lv.blank
-    present = np.flatnonzero(r_entry & lv.valid)
-    last_present = int(present[-1]) if len(present) else -1
-    middle = missing & (idx < last_present)
-    tail = missing & (idx > last_present) & (lv.state != _TORN)
-    stale = not_entry & ~reach & lv.nonzero & ~rb.blank
 
-    def first_count(kind: str, mask: np.ndarray, message: str, expected: str | None = None) -> None:
-        hits = np.flatnonzero(mask)
-        if not len(hits):
-            return
-        i = int(hits[0])
+def _torn_files(q: _Queue) -> list[Finding]:
+    """A live file of the wrong size or with a partial unit: the broker will not load it."""
+    out = []
+    for name, data in sorted(q.live.items()):
+        if len(data) == q.file_size:
+            continue
+        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        window = slice(s, s + q.per_file)
+        lost = np.flatnonzero(q.rb.valid[window] & (q.lv.state[window] == _TORN)) + s
+        partial = len(data) % CQ_STORE_UNIT_SIZE
+        out.append(
+            finding(
+                "cq-torn-file",
+                f"{q.rel_dir}/{name}",
+                f"file is {len(data)} bytes, not {q.file_size}"
+                + (f", ending in a partial unit of {partial} bytes" if partial else "")
+                + f"; the broker will not load it; {len(lost)} entries of the queue are lost with it",
+                topic=q.topic,
+                queue_id=q.queue_id,
+                queue_offset=q.base + int(lost[0]) if len(lost) else None,
+                commitlog_offset=int(q.rb.offset[lost[0]]) if len(lost) else None,
+                file_offset=len(data) - partial,
+                count=len(lost),
+                expected=f"{q.file_size} bytes",
+                actual=f"{len(data)} bytes",
+            )
+        )
+    return out
+
+
+def _without_messages(q: _Queue, findings: list[Finding]) -> QueueAudit:
+    """No message of this queue in the commitlog: only expired entries (or an empty queue) are normal."""
+    lv = q.lv
+    live_entries = np.flatnonzero(lv.valid & q.reach)
+    expired = lv.offset[live_entries] < q.commitlog_min
+    if len(live_entries) and not expired.all():
+        i = int(live_entries[~expired][0])
         findings.append(
             finding(
-                kind,
-                path(i),
-                message.format(count=len(hits), first=base + i),
-                **where(i),
-                commitlog_offset=int(rb.offset[i] if r_entry[i] else lv.offset[i]),
-                count=len(hits),
-                expected=expected or (rb.text(i) if r_entry[i] or rb.blank[i] else "no entry"),
+                "cq-no-messages",
+                q.path(i),
+                f"the commitlog holds no message of {q.topic}/{q.queue_id}, but the live queue has "
+                f"{int((~expired).sum())} entries pointing into it",
+                **q.where(i),
+                commitlog_offset=int(lv.offset[i]),
+                count=int((~expired).sum()),
+                expected="no queue",
                 actual=lv.text(i),
             )
         )
+    elif len(live_entries):
+        i = int(live_entries[0])
+        findings.append(
+            finding(
+                "cq-expired-head",
+                q.path(i),
+                f"all {len(live_entries)} entries point below the commitlog's min offset {q.commitlog_min}",
+                **q.where(i),
+                commitlog_offset=int(lv.offset[i]),
+                count=len(live_entries),
+            )
+        )
+    elif q.live:
+        findings.append(_empty_queue(q.topic, q.queue_id, q.rel_dir, q.live, int(lv.nonzero.sum())))
+    delete = sorted(q.live) if any(is_divergence(f) for f in findings) else []
+    row = _row(q.topic, q.queue_id, findings, 0, 0, None, None, None)
+    return QueueAudit(q.topic, q.queue_id, findings, row, [], delete)
 
-    first_count(
-        "cq-wrong-entries", wrong, "{count} entries differ from the commitlog, the first at queue offset {first}"
+
+def _entry_masks(
+    q: _Queue, cfg: BrokerConfig, schedule_tags_hash: Callable[[int, int], int | None] | None
+) -> dict[str, np.ndarray]:
+    """Per position: which units are wrong, quirky, dirty, expired, missing, stale... (masks over the queue)."""
+    lv, rb, idx, reach = q.lv, q.rb, q.idx, q.reach
+    r_entry = rb.valid
+    same = (lv.offset == rb.offset) & (lv.size == rb.size) & (lv.tags == rb.tags)
+    differ = r_entry & lv.valid & ~same
+    quirk = np.zeros(len(idx), dtype=bool)
+    if q.topic == SCHEDULE_TOPIC and schedule_tags_hash and cfg.rules.schedule_tagscode_quirk:
+        cand = np.flatnonzero(differ & (lv.offset == rb.offset) & (lv.size == rb.size))
+        quirk[cand] = [schedule_tags_hash(int(lv.offset[i]), int(lv.size[i])) == int(lv.tags[i]) for i in cand]
+    head = idx < q.r_min
+    not_entry = ~r_entry
+    expired = not_entry & head & lv.valid & (lv.offset < q.commitlog_min) & reach
+    dirty = not_entry & ~head & lv.valid & (lv.offset >= q.commitlog_max) & reach
+    extra = not_entry & lv.valid & reach & ~expired & ~dirty
+    missing = r_entry & ~lv.valid & ~lv.blank
+    present = np.flatnonzero(r_entry & lv.valid)
+    last_present = int(present[-1]) if len(present) else -1
+    return {
+        "wrong": (differ & ~quirk) | extra,
+        "quirk": quirk,
+        "dirty": dirty,
+        "expired": expired,
+        "pre_blank": (r_entry & lv.blank) | (rb.blank & lv.present & ~lv.valid & ~lv.blank),
+        "missing": missing,
+        "middle": missing & (idx < last_present),
+        "tail": missing & (idx > last_present) & (lv.state != _TORN),
+        "stale": not_entry & ~reach & lv.nonzero & ~rb.blank,
+    }
+
+
+def _entry_findings(q: _Queue, m: dict[str, np.ndarray]) -> list[Finding]:
+    """The findings the masks stand for, each at its first unit with a count."""
+    b, end = q.base, q.base + q.r_end
+    out = q.first_count(
+        "cq-wrong-entries", m["wrong"], "{count} entries differ from the commitlog, the first at queue offset {first}"
     )
-    first_count(
+    out += q.first_count(
         "cq-schedule-tagscode-quirk",
-        quirk,
+        m["quirk"],
         "{count} SCHEDULE_TOPIC_XXXX entries hold the TAGS hash as tagsCode instead of the deliver time "
         "(the 4.9.8 crash-recovery quirk: recovery runs before the delay table is loaded)",
     )
-    first_count(
+    out += q.first_count(
         "cq-dirty-tail",
-        dirty,
-        f"{{count}} entries after the queue's end (queue offset {base + r_end}) point at or past the commitlog's "
-        f"last valid record ({commitlog_max}); the broker truncates them at start",
-        expected=f"queue ends at queue offset {base + r_end}",
+        m["dirty"],
+        f"{{count}} entries after the queue's end (queue offset {end}) point at or past the commitlog's "
+        f"last valid record ({q.commitlog_max}); the broker truncates them at start",
+        expected=f"queue ends at queue offset {end}",
     )
-    first_count(
+    out += q.first_count(
         "cq-expired-head",
-        expired,
-        f"{{count}} entries from queue offset {{first}} point below the commitlog's min offset {commitlog_min}",
+        m["expired"],
+        f"{{count}} entries from queue offset {{first}} point below the commitlog's min offset {q.commitlog_min}",
         expected="expired (retention)",
     )
-    first_count("cq-wrong-pre-blank", pre_blank, "{count} units before the queue's first entry are not pre-blank units")
-    first_count(
-        "cq-missing-tail",
-        tail,
-        f"the queue ends at queue offset {{first}}, the commitlog has {{count}} more entries for it "
-        f"(up to queue offset {base + r_end - 1})",
+    out += q.first_count(
+        "cq-wrong-pre-blank", m["pre_blank"], "{count} units before the queue's first entry are not pre-blank units"
     )
-    first_count(
+    out += q.first_count(
+        "cq-missing-tail",
+        m["tail"],
+        f"the queue ends at queue offset {{first}}, the commitlog has {{count}} more entries for it "
+        f"(up to queue offset {end - 1})",
+    )
+    out += q.first_count(
         "cq-stale-bytes",
-        stale,
-        f"{{count}} units with stale bytes after the queue's logical end (queue offset {base + l_end})",
+        m["stale"],
+        f"{{count}} units with stale bytes after the queue's logical end (queue offset {b + q.l_end})",
         expected="zero bytes",
     )
+    return out + _holes(q, m["middle"])
+
+
+def _holes(q: _Queue, middle: np.ndarray) -> list[Finding]:
+    """Missing entries in the middle of the queue: zeroed units (the broker ends the queue there), missing files."""
+    lv, rb, b = q.lv, q.rb, q.base
+    out = []
     for start, length in _runs(middle & (lv.state == _UNIT)):
-        findings.append(
+        out.append(
             finding(
                 "cq-zeroed-entries",
-                path(start),
-                f"{length} entries from queue offset {base + start} are invalid units (offset < 0 or size <= 0); "
-                f"ConsumeQueue.recover ends the queue there and drops the {r_end - start} entries "
+                q.path(start),
+                f"{length} entries from queue offset {b + start} are invalid units (offset < 0 or size <= 0); "
+                f"ConsumeQueue.recover ends the queue there and drops the {q.r_end - start} entries "
                 "from there on, sound ones included",
-                **where(start),
+                **q.where(start),
                 commitlog_offset=int(rb.offset[start]),
                 count=length,
                 expected=rb.text(start),
@@ -358,65 +472,64 @@ def classify_queue(
             )
         )
     no_file = middle & (lv.state == _NO_FILE)
-    file_no = (base + idx) // per_file
+    file_no = (b + q.idx) // q.per_file
     for f_no in np.unique(file_no[no_file]).tolist():
         lost = np.flatnonzero(no_file & (file_no == f_no))
         i = int(lost[0])
-        findings.append(
+        out.append(
             finding(
                 "cq-missing-file",
-                path(i),
-                f"file missing in the middle of the queue: {len(lost)} entries from queue offset {base + i} are lost",
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=base + i,
+                q.path(i),
+                f"file missing in the middle of the queue: {len(lost)} entries from queue offset {b + i} are lost",
+                topic=q.topic,
+                queue_id=q.queue_id,
+                queue_offset=b + i,
                 commitlog_offset=int(rb.offset[i]),
                 count=len(lost),
-                expected=f"{file_size} bytes",
+                expected=f"{q.file_size} bytes",
                 actual="no file",
             )
         )
+    return out
 
-    last_rebuilt = max(int(k) for k in rebuilt)
-    for name in sorted(k for k in live if int(k) > last_rebuilt):
-        s = int(name) // CQ_STORE_UNIT_SIZE - base
-        findings.append(
+
+def _extra_files(q: _Queue) -> list[Finding]:
+    """Live files after the rebuilt queue's last file."""
+    last_rebuilt = max(int(k) for k in q.rebuilt)
+    out = []
+    for name in sorted(k for k in q.live if int(k) > last_rebuilt):
+        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        nonzero = int(q.lv.nonzero[s : s + q.per_file].sum())
+        out.append(
             finding(
                 "cq-extra-file",
-                f"{rel_dir}/{name}",
-                f"file after the queue's last file ({offset_file_name(last_rebuilt)}), holding "
-                f"{int(lv.nonzero[s : s + per_file].sum())} non-zero units",
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=base + s,
-                count=int(lv.nonzero[s : s + per_file].sum()),
+                f"{q.rel_dir}/{name}",
+                f"file after the queue's last file ({offset_file_name(last_rebuilt)}), "
+                f"holding {nonzero} non-zero units",
+                topic=q.topic,
+                queue_id=q.queue_id,
+                queue_offset=q.base + s,
+                count=nonzero,
                 expected="no file",
-                actual=f"{len(live[name])} bytes",
+                actual=f"{len(q.live[name])} bytes",
             )
         )
+    return out
 
-    write: list[str] = []
-    delete: list[str] = []
-    if any(is_divergence(f) for f in findings):
-        bad = wrong | quirk | dirty | pre_blank | missing
-        write = sorted(name for name, data in rebuilt.items() if live.get(name) != data)
-        for name, data in live.items():
-            s = int(name) // CQ_STORE_UNIT_SIZE - base
-            if name not in rebuilt and (
-                len(data) != file_size or int(name) > last_rebuilt or bad[s : s + per_file].any()
-            ):
-                delete.append(name)
-    row = _row(
-        topic,
-        queue_id,
-        findings,
-        int((lv.valid & reach).sum()),
-        len(entries),
-        base + l_end,
-        base + r_min,
-        base + r_end,
-    )
-    return QueueAudit(topic, queue_id, findings, row, write, sorted(delete))
+
+def _changes(q: _Queue, findings: list[Finding], bad: np.ndarray) -> tuple[list[str], list[str]]:
+    """The rebuilt files that replace or create live ones, and the live files to delete, when the queue diverges."""
+    if not any(is_divergence(f) for f in findings):
+        return [], []
+    last_rebuilt = max(int(k) for k in q.rebuilt)
+    write = sorted(name for name, data in q.rebuilt.items() if q.live.get(name) != data)
+    delete = []
+    for name, data in q.live.items():
+        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        odd = len(data) != q.file_size or int(name) > last_rebuilt or bad[s : s + q.per_file].any()
+        if name not in q.rebuilt and odd:
+            delete.append(name)
+    return write, sorted(delete)
 
 
 def _row(
