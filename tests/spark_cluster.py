@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.jars import submit_args
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_PARENT = Path("/var/tmp")
 START_TIMEOUT = 90.0
@@ -115,7 +117,8 @@ class Cluster:
         return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.shared))
 
     def submit_command(self, verb: str, args: list[str], submit_conf: list[str] = ()) -> list[str]:
-        """``spark-submit --master spark://... [--conf K=V ...] --py-files project.zip jobs/<verb>.py ARGS``."""
+        """``spark-submit --master spark://... --jars <the pinned Delta/S3A jars> [--conf K=V ...] --py-files
+        project.zip jobs/<verb>.py ARGS``, as conf/nightly-audit.sh submits (``python -m jobs.jars --submit-args``)."""
         confs = [item for kv in submit_conf for item in ("--conf", kv)]
         return [
             "spark-submit",
@@ -123,6 +126,7 @@ class Cluster:
             self.master_url,
             "--deploy-mode",
             "client",
+            *submit_args(),
             *confs,
             "--py-files",
             str(self.py_files),
