@@ -32,6 +32,9 @@ JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOption
 SPARK_DEFAULT_LOG4J = "org/apache/spark/log4j2-defaults.properties"
 JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself, before log4j exists
 _PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
+#: local masters: executors are this interpreter, so its worker daemon can be ours (udfs/daemon.py: no archives
+#: re-read at every task, the kernel loaded before the fork); a cluster's executors may not have udfs installed
+LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon"}
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -157,8 +160,10 @@ def spark_session(
     command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
     submitted = submitted_settings()
     settings = layered_settings(profile, submitted, command_line)
-    # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables
-    settings = {**jar_defaults(settings), **spark_s3_settings(), **settings}
+    # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables,
+    # our worker daemon on a local master
+    local = settings.get("spark.master", "").startswith("local")
+    settings = {**jar_defaults(settings), **spark_s3_settings(), **(LOCAL_DAEMON if local else {}), **settings}
     quiet = settings.get(VERBOSE, "false").lower() != "true" and not has_own_log4j(settings)
     if quiet:
         settings |= quiet_console(settings)

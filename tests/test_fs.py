@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from udfs.fs import join, list_files, read_file, resolve, write_file
+from udfs.fs import join, list_files, read_file, resolve, used_length, write_file
 
 ZEROS_CHUNK = 8 << 20  # write_file's zero buffer: a size past it needs more than one write
 
@@ -34,6 +36,26 @@ def test_write_file_leaves_a_hole_for_the_zeros_on_local_disk(tmp_path: Path) ->
         assert f.read(20) == b"unit" * 5
         f.seek(size - 4096)
         assert f.read() == bytes(4096)
+
+
+def test_the_zeros_a_store_file_ends_with_are_a_hole_too(tmp_path: Path) -> None:
+    """A ConsumeQueue file handed over whole (6 MB, one unit used): only the unit is written, same bytes."""
+    fs, root = resolve(str(tmp_path))
+    size = 6_000_000
+    data = b"\x00\x00\x00\x00\x00\x01\x00\x00" + b"\x00\x00\x00\xc8" + bytes(8) + bytes(size - 20)  # tagsCode 0
+    write_file(fs, join(root, "cq"), data, len(data))
+    st_ = os.stat(join(root, "cq"))
+    assert st_.st_size == size and st_.st_blocks * 512 <= 64 << 10
+    assert (tmp_path / "cq").read_bytes() == data
+    write_file(fs, join(root, "json"), b"{}" + bytes(3))  # no size: not a store file, written as given
+    assert (tmp_path / "json").read_bytes() == b"{}" + bytes(3)
+
+
+@given(st.binary(max_size=64), st.integers(0, 20_000))
+def test_used_length_is_the_length_without_trailing_zeros(head: bytes, zeros: int) -> None:
+    data = head + bytes(zeros)
+    assert used_length(data) == len(data.rstrip(b"\0"))
+    assert used_length(bytearray(data)) == len(data.rstrip(b"\0"))
 
 
 @pytest.mark.parametrize("size", [None, 10, 64, ZEROS_CHUNK + 30, 2 * ZEROS_CHUNK + 10])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,25 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
     if exact_fill:
         assert [f["index_count"] for f in result.report["index_files"][-2:]] == [cfg.maxIndexNum, 1]
     assert [f for f in result.report["findings"] if f["severity"] != "info"] == []
+
+
+def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_over(tmp_path: Path) -> None:
+    """wait_for_summaries: the summaries as soon as all are there; an error, not a hang, when the queue writers'
+    job has ended (``parsed``) and one is still missing."""
+    from jobs.pipeline.rebuild import wait_for_summaries
+    from storelib.segments import Segment, SegmentSummary
+    from udfs.parse import summary_path
+
+    segments = [Segment(f"file:///s/{n:020d}", f"{n:020d}", n, 1024) for n in (0, 1024)]
+    scratch = str(tmp_path)
+    summary = SegmentSummary(segments[0].name, "zero-tail", 0, "", 0, 0, 0, 0, 0, -1, 0, "crc32:00000000:0")
+    Path(summary_path(scratch, segments[0].name)).write_text(summary.to_json())
+    parsed = threading.Event()
+    parsed.set()
+    with pytest.raises(RuntimeError, match="no summary of 1 segment"):
+        wait_for_summaries(scratch, segments, parsed)
+    later = dataclasses.replace(summary, segment=segments[1].name, end_offset=1024)
+    waiter = threading.Timer(0.3, lambda: Path(summary_path(scratch, segments[1].name)).write_text(later.to_json()))
+    waiter.start()
+    found = wait_for_summaries(scratch, segments, threading.Event())  # polls until the second one lands
+    assert sorted(found) == [s.name for s in segments]

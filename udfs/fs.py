@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+import numpy as np
 import pyarrow.fs as pafs
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs")
@@ -146,17 +147,20 @@ def join(*parts: str) -> str:
 _ZEROS = bytes(8 << 20)
 
 
-def write_file(fs: pafs.FileSystem, path: str, data: bytes, size: int | None = None) -> None:
-    """Write ``data``, then zeros up to ``size`` (store files are preallocated, zero after their data).
+def write_file(fs: pafs.FileSystem, path: str, data: bytes | bytearray, size: int | None = None) -> None:
+    """Write ``data``, then zeros up to ``size``: a store file (``size`` given) is preallocated, zero after its data.
 
-    On a local filesystem the zeros are a hole (``truncate``): the same bytes, without writing them.
+    On a local filesystem a store file's zeros, those ``data`` ends with included, are a hole (``truncate``):
+    the same bytes, without writing them (a ConsumeQueue file is 6 MB, mostly zeros in a queue's last file).
     """
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
+        total = len(data) if size is None else max(size, len(data))
+        used = len(data) if size is None else used_length(data)
         with open(path, "wb") as f:
-            f.write(data)
-            if size is not None and size > len(data):
-                f.truncate(size)
+            f.write(memoryview(data)[:used])
+            if total > used:
+                f.truncate(total)
         return
     with fs.open_output_stream(path) as out:
         out.write(data)
@@ -164,6 +168,19 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, size: int | None = N
         while left > 0:
             out.write(_ZEROS[: min(left, len(_ZEROS))])
             left -= len(_ZEROS)
+
+
+def used_length(data: bytes | bytearray) -> int:
+    """``len(data)`` without its trailing zero bytes, looking back from the end in growing windows (no copy)."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    end, window = len(a), 4096
+    while end > 0:
+        start = max(0, end - window)
+        nonzero = np.flatnonzero(a[start:end])
+        if len(nonzero):
+            return start + int(nonzero[-1]) + 1
+        end, window = start, window * 2
+    return 0
 
 
 def read_file(fs: pafs.FileSystem, path: str) -> bytes:

@@ -55,7 +55,7 @@ class _QueueWriter:
 
     def _write(self, files: Iterator[tuple[str, bytes]]) -> None:
         for name, data in files:
-            write_file(self.fs, join(self.dir, name), data)
+            write_file(self.fs, join(self.dir, name), data, len(data))  # zeros after the last unit: a hole
             self.names.append(name)
 
     def finish(self) -> dict[str, object]:

@@ -13,10 +13,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import io
 import json
+import posixpath
+import threading
 import time
 import uuid
 from typing import Any
@@ -385,15 +388,18 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
         runs = parse_store(run, segments, "dispatch", scratch)
-        with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments)):
-            queues = write_consume_queues(run, runs, staging)
-        summaries = read_summaries(scratch, segments)
-        scanned = dict(summaries)
-        skipped = judge(segments, summaries, findings, on_error)
-        if skipped:
-            queues = _without(run, runs, staging, skipped)
-            summaries.update({name: summaries[name].without_messages() for name in skipped})
-        index_files = write_index_files(run, staging, scratch, segments, summaries)
+        parsed = threading.Event()  # set when the queue writers are done (every parse task was then too)
+        tasks = len(plan_parse_tasks(segments, TASK_BYTES))
+        with Progress(run, tasks, sum(s.size for s in segments)), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            indexing = pool.submit(index_stage, run, staging, scratch, segments, findings, on_error, parsed)
+            try:
+                queues = write_consume_queues(run, runs, staging)
+            finally:
+                parsed.set()
+        indexed = indexing.result()
+        summaries, index_files = indexed.summaries, indexed.index_files
+        if indexed.skipped:
+            queues = _without(run, runs, staging, indexed.skipped)
         for q in queues:
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
@@ -404,7 +410,55 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
         publish(staging, out)
     peak = max((s.worker_peak_rss for s in summaries.values()), default=0)
-    return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments, scanned)
+    return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments, indexed.scanned)
+
+
+@dataclasses.dataclass
+class Indexed:
+    """What the index stage leaves: the summaries (skipped segments without their messages), as scanned, the
+    segments left out, and the IndexFiles built."""
+
+    summaries: dict[str, SegmentSummary]
+    scanned: dict[str, SegmentSummary]
+    skipped: list[str]
+    index_files: list[dict[str, Any]]
+
+
+def index_stage(
+    run: Run,
+    staging: str,
+    scratch: str,
+    segments: list[Segment],
+    findings: list[Finding],
+    on_error: str,
+    parsed: threading.Event,
+) -> Indexed:
+    """Judge the segments and build the IndexFiles as soon as every parse task has left its summary, while the
+    ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
+    summaries = wait_for_summaries(scratch, segments, parsed)
+    scanned = dict(summaries)
+    skipped = judge(segments, summaries, findings, on_error)
+    summaries.update({name: summaries[name].without_messages() for name in skipped})
+    return Indexed(summaries, scanned, skipped, write_index_files(run, staging, scratch, segments, summaries))
+
+
+#: seconds between two listings of the scratch directory while the parse runs
+SUMMARY_POLL = 0.1
+
+
+def wait_for_summaries(scratch: str, segments: list[Segment], parsed: threading.Event) -> dict[str, SegmentSummary]:
+    """read_summaries once every segment's summary is in ``scratch``; an error when ``parsed`` is set and one is
+    still missing (the parse failed: the queue writers' job reports why)."""
+    fs, root = resolve(scratch)
+    wanted = {posixpath.basename(summary_path(scratch, s.name)) for s in segments}
+    while True:
+        last_look = parsed.is_set()
+        found = {i.base_name for i in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))}
+        if wanted <= found:
+            return read_summaries(scratch, segments)
+        if last_look:
+            raise RuntimeError(f"the parse left no summary of {len(wanted - found)} segment(s) in {scratch}")
+        parsed.wait(SUMMARY_POLL)
 
 
 def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> list[dict[str, Any]]:
