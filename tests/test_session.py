@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobs import session
-from jobs.session import read_profile, spark_session
+from jobs.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
 
 
 @pytest.fixture
@@ -62,3 +62,13 @@ def test_the_session_has_the_profile_then_the_overrides(spark) -> None:
             assert conf.get(key) == value, key
     again, startup = spark_session("another", master="local[1]")
     assert again is spark and startup == 0.0  # the active session is reused, its settings kept
+
+
+def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(spark) -> None:
+    assert local_jvm_options({}) == {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTION}
+    assert local_jvm_options({"spark.driver.extraJavaOptions": "-Xss4m"}) == {
+        "spark.driver.extraJavaOptions": f"-Xss4m {LOCAL_JVM_OPTION}"
+    }
+    assert local_jvm_options({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}) == {}
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert LOCAL_JVM_OPTION in list(runtime.getInputArguments())  # conftest's local[2] session

@@ -251,14 +251,17 @@ def read_summaries(scratch: str, segments: list[Segment]) -> dict[str, SegmentSu
 
 
 def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, Any]]:
-    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse)."""
-    partitions = max(2, run.spark.sparkContext.defaultParallelism)
+    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse).
+
+    Repartitioned by column, not to a count: spark.sql.shuffle.partitions writers, which adaptive execution
+    merges by the bytes the parse produced (one writer task for a nearly empty store).
+    """
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     before = run.spark.conf.get(key, None)
     run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
     try:
         written = (
-            runs.repartition(partitions, "topic", "queue_id")
+            runs.repartition("topic", "queue_id")
             .sortWithinPartitions("topic", "queue_id", "queue_offset")
             .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
         )
