@@ -37,9 +37,10 @@ _PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
 #: re-read at every task, the kernel loaded before the fork); a cluster's executors may not have udfs installed
 LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon"}
 #: local masters: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
-#: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB); a Tiered option of the
-#: user's own is kept as it is
-LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1"
+#: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB). C1 alone shrinks the
+#: code cache to 48 MB, which a long session (the test suite: ~250 queries) fills: the JVM then dies, so the
+#: cache keeps the tiered default's size. Left out when the user's options set either.
+LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -110,10 +111,12 @@ def has_own_log4j(settings: dict[str, str]) -> bool:
 
 
 def local_jvm_options(settings: dict[str, str]) -> dict[str, str]:
-    """The driver JVM's options with LOCAL_JVM_OPTION added, unless the user's options choose a Tiered level."""
+    """The driver JVM's options with LOCAL_JVM_OPTION added, unless the user's set a compiler level or code cache."""
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
-    return {} if "TieredStopAtLevel" in current else {key: f"{current} {LOCAL_JVM_OPTION}".strip()}
+    if "TieredStopAtLevel" in current or "ReservedCodeCacheSize" in current:
+        return {}
+    return {key: f"{current} {LOCAL_JVM_OPTION}".strip()}
 
 
 def quiet_console(settings: dict[str, str]) -> dict[str, str]:

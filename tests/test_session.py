@@ -70,5 +70,7 @@ def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(sp
         "spark.driver.extraJavaOptions": f"-Xss4m {LOCAL_JVM_OPTION}"
     }
     assert local_jvm_options({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}) == {}
+    assert local_jvm_options({"spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=64m"}) == {}
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert LOCAL_JVM_OPTION in list(runtime.getInputArguments())  # conftest's local[2] session
+    arguments = list(runtime.getInputArguments())  # conftest's local[2] session
+    assert all(option in arguments for option in LOCAL_JVM_OPTION.split())
