@@ -60,7 +60,7 @@ lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: setup
-	$(PY) -m jobs.bench --dir $(BENCH_DIR)
+	$(PY) -m jobs.bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
