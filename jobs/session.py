@@ -33,10 +33,11 @@ JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOption
 SPARK_DEFAULT_LOG4J = "org/apache/spark/log4j2-defaults.properties"
 JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself, before log4j exists
 _PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
-#: local masters: executors are this interpreter, so its worker daemon can be ours (udfs/daemon.py: no archives
-#: re-read at every task, the kernel loaded before the fork); a cluster's executors may not have udfs installed
+#: a local master this process starts (not spark-submit's, whose workers may get udfs only from --py-files, after
+#: the daemon starts; nor a cluster's): the workers are this interpreter, so their daemon can be ours
+#: (udfs/daemon.py: no archives re-read at every task, the kernel loaded before the fork)
 LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon"}
-#: local masters: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
+#: the same local master: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
 #: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB). C1 alone shrinks the
 #: code cache to 48 MB, which a long session (the test suite: ~250 queries) fills: the JVM then dies, so the
 #: cache keeps the tiered default's size. Left out when the user's options set either.
@@ -176,10 +177,10 @@ def spark_session(
     submitted = submitted_settings()
     settings = layered_settings(profile, submitted, command_line)
     # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables,
-    # our worker daemon on a local master
-    local = settings.get("spark.master", "").startswith("local")
-    settings = {**jar_defaults(settings), **spark_s3_settings(), **(LOCAL_DAEMON if local else {}), **settings}
-    if local and not under_spark_submit():  # under spark-submit the driver JVM already runs
+    # and on a local master of our own JVM (under spark-submit it already runs) our worker daemon and JVM options
+    ours = settings.get("spark.master", "").startswith("local") and not under_spark_submit()
+    settings = {**jar_defaults(settings), **spark_s3_settings(), **(LOCAL_DAEMON if ours else {}), **settings}
+    if ours:
         settings |= local_jvm_options(settings)
     quiet = settings.get(VERBOSE, "false").lower() != "true" and not has_own_log4j(settings)
     if quiet:

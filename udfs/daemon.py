@@ -1,12 +1,13 @@
-"""The Python worker daemon of local runs (``spark.python.daemon.module``): pyspark's own, started light and warm.
+"""The Python worker daemon of rmqstore's local runs (``spark.python.daemon.module``, jobs/session.py): pyspark's
+own, started light and warm.
 
 - Spark puts pyspark.zip, py4j's zip and the spark-core jar on the workers' PYTHONPATH, and pyspark's worker
   calls ``importlib.invalidate_caches()`` at every task, which in Python 3.11 re-reads the directory of every
   archive imported from (5,261 entries in the spark-core jar, 1,220 in pyspark.zip, one read per package):
   about 0.3 s of CPU per task. When pyspark and py4j import without them (a pip install), the archives are
   left off sys.path before pyspark is first imported.
-- What every parse and write task imports (numpy, pyarrow, pandas, udfs, the compiled kernel) is imported
-  once here, before the daemon forks a worker per task slot.
+- pandas (which pyspark's Arrow serializers import in every worker) and the compiled kernel (numba, numpy)
+  are loaded once here, before the daemon forks a worker per task slot.
 """
 
 from __future__ import annotations
