@@ -24,9 +24,31 @@ def test_archives_stay_when_pyspark_comes_only_from_them(tmp_path: Path) -> None
 
 def test_the_session_s_workers_run_the_daemon_without_archives(spark) -> None:
     def look(_: object) -> object:
+        import gc
         import sys
 
-        yield [p for p in sys.path if p.endswith((".zip", ".jar"))], "storelib.kernel" in sys.modules
+        paths = [*sys.path, *sys.path_importer_cache]
+        spark_archives = [p for p in paths if p.endswith((".zip", ".jar")) and ("spark" in p or "py4j" in p)]
+        yield spark_archives, "storelib.kernel" in sys.modules, gc.get_freeze_count() > 0
 
     assert spark.conf.get("spark.python.daemon.module") == "udfs.daemon"
-    assert spark.sparkContext.parallelize([0], 1).mapPartitions(look).collect() == [([], True)]
+    assert spark.sparkContext.parallelize([0], 1).mapPartitions(look).collect() == [([], True, True)]
+
+
+def test_rdd_and_arrow_workers_are_forked_by_one_daemon(spark) -> None:
+    def daemon_of_rdd_worker(_: object) -> object:
+        import os
+
+        yield os.getppid()
+
+    def daemon_of_arrow_worker(batches: object) -> object:
+        import os
+
+        import pyarrow as pa
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"pid": [os.getppid()]})
+
+    rdd = spark.sparkContext.parallelize([0], 1).mapPartitions(daemon_of_rdd_worker).collect()
+    arrow = [r.pid for r in spark.range(1, numPartitions=1).mapInArrow(daemon_of_arrow_worker, "pid long").collect()]
+    assert rdd == arrow
