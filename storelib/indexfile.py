@@ -14,7 +14,6 @@ from the previous file's endPhyOffset and endTimestamp as its begin and end valu
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 
 import numpy as np
@@ -282,15 +281,6 @@ class IndexPlan:
 
     slices: tuple[tuple[str, int, int], ...]
     inherited: tuple[str, int] | None
-
-    def to_json(self) -> str:
-        return json.dumps({"slices": self.slices, "inherited": self.inherited})
-
-    @classmethod
-    def from_json(cls, text: str) -> IndexPlan:
-        d = json.loads(text)
-        inherited = tuple(d["inherited"]) if d["inherited"] else None
-        return cls(tuple(tuple(x) for x in d["slices"]), inherited)  # type: ignore[arg-type]
 
 
 def index_file_plans(counts: list[tuple[str, int]], per_file: int) -> list[IndexPlan]:

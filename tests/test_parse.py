@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from storelib.segments import Segment, SegmentSummary
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
 from udfs.parse import index_scratch_path, parse_segment, segment_parser, summary_path
-from udfs.schema import INDEX_ENTRY_DTYPE, PARSE_TASK_SCHEMA
+from udfs.schema import INDEX_ENTRY_DTYPE
 
 SEGMENT_SIZE = 4096
 CFG = BrokerConfig(mappedFileSizeCommitLog=SEGMENT_SIZE)
@@ -196,17 +195,18 @@ def test_an_unreadable_segment_ends_there_without_failing_the_task(tmp_path: Pat
 
 
 def test_segment_parser_parses_each_task_segment_in_turn(tmp_path: Path) -> None:
-    """The mapInArrow function: one PARSE_TASK_SCHEMA row names two consecutive segments."""
+    """The mapInArrow function: task 1 of the plan is two consecutive segments (task 0 is not this task's)."""
     store = tmp_path / "store"
     first = write_segment(store, MESSAGES[:4], blank=True)
     second = write_segment(store, MESSAGES[4:], start=SEGMENT_SIZE)
-    task = json.dumps([dataclasses.asdict(first), dataclasses.asdict(second)])
-    batch = pa.RecordBatch.from_pylist([{"task": 0, "segments": task}], schema=PARSE_TASK_SCHEMA)
-    runs = pa.Table.from_batches(segment_parser(CFG, "dispatch", str(tmp_path / "scratch"))(iter([batch])))
+    elsewhere = Segment(str(tmp_path / "none"), f"{0:020d}", 0, SEGMENT_SIZE)
+    batch = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64())})
+    parser = segment_parser(CFG, "dispatch", str(tmp_path / "scratch"), [[elsewhere], [first, second]])
+    runs = pa.Table.from_batches(parser(iter([batch])))
     assert sorted(set(runs.column("segment").to_pylist())) == [first.name, second.name]
     assert sum(runs.column("count").to_pylist()) == sum(len(u) for u in reference_units(store).values())
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == sorted(
         [f"index-entries-{s.name}" for s in (first, second)] + [f"summary-{s.name}.json" for s in (first, second)]
     )
     with pytest.raises(ValueError, match="mode must be one of"):
-        segment_parser(CFG, "rows", str(tmp_path))
+        segment_parser(CFG, "rows", str(tmp_path), [])

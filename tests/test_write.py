@@ -13,7 +13,7 @@ from storelib.config import BrokerConfig
 from storelib.indexfile import IndexPlan
 from tests.reference import ReferenceIndexFile, index_key_hash
 from udfs.parse import index_scratch_path
-from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, INDEX_TASK_SCHEMA
+from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE
 from udfs.write import consume_queue_writer, index_file_writer
 
 #: ConsumeQueue files of 3 units (60 bytes); IndexFiles of 5 slots and 3 entries
@@ -112,10 +112,8 @@ def test_index_file_writer_builds_each_planned_file_like_the_broker(tmp_path: Pa
     write_scratch(scratch, "A", KEYS[:2])
     write_scratch(scratch, "B", KEYS[2:])
     plans = [IndexPlan((("A", 0, 2), ("B", 0, 1)), None), IndexPlan((("B", 1, 3),), ("B", 0))]
-    tasks = pa.RecordBatch.from_pylist(
-        [{"file_no": n, "plan": p.to_json()} for n, p in enumerate(plans)], schema=INDEX_TASK_SCHEMA
-    )
-    rows = [r for b in index_file_writer(str(out), str(scratch), CFG)(iter([tasks])) for r in b.to_pylist()]
+    tasks = pa.RecordBatch.from_pydict({"id": pa.array([0, 1], pa.int64())})
+    rows = [r for b in index_file_writer(str(out), str(scratch), CFG, plans)(iter([tasks])) for r in b.to_pylist()]
     # the broker: three puts fill file 0; file 1 starts from file 0's end values, so its first entry's
     # timeDiff is 2 s (against file 0's end time), not 0
     first = ReferenceIndexFile(CFG, 0, 0)

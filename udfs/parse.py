@@ -16,7 +16,6 @@ a temporary name and moved into place, so a task that runs twice leaves the same
 from __future__ import annotations
 
 import dataclasses
-import json
 import resource
 import zlib
 from collections.abc import Callable, Iterator
@@ -253,15 +252,16 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
     sfs.move(spath + ".tmp", spath)
 
 
-def segment_parser(cfg: BrokerConfig, mode: str, scratch: str) -> ArrowMap:
-    """The ``mapInArrow`` function: PARSE_TASK_SCHEMA rows in, CQ_RUN_SCHEMA or MESSAGE_SCHEMA rows out."""
+def segment_parser(cfg: BrokerConfig, mode: str, scratch: str, tasks: list[list[Segment]]) -> ArrowMap:
+    """The ``mapInArrow`` function: task numbers (``id``) in, CQ_RUN_SCHEMA or MESSAGE_SCHEMA rows out; task k
+    parses ``tasks[k]``, consecutive segments in offset order."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for task in batch.column("segments").to_pylist():
-                for seg in json.loads(task):
-                    yield from parse_segment(Segment(**seg), cfg, mode, scratch)
+            for k in batch.column("id").to_pylist():
+                for seg in tasks[k]:
+                    yield from parse_segment(seg, cfg, mode, scratch)
 
     return parse

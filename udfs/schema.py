@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: input of the parse stage: one row per task, its consecutive segments in offset order (JSON list of
-#: storelib.segments.Segment fields)
-PARSE_TASK_SCHEMA = pa.schema([("task", pa.int64()), ("segments", pa.string())])
-
 #: the rebuild's parse output: the ConsumeQueue units of one queue for consecutive queue offsets, as on disk
 CQ_RUN_SCHEMA = pa.schema(
     [
@@ -77,6 +73,3 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
         ("index_count", pa.int32()),
     ]
 )
-
-#: one row per IndexFile to build: where its entries are in the parse tasks' scratch files
-INDEX_TASK_SCHEMA = pa.schema([("file_no", pa.int64()), ("plan", pa.string())])

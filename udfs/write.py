@@ -135,12 +135,12 @@ def read_entries(uri: str, first: int, stop: int) -> np.ndarray:
     return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
 
 
-def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap:
-    """``mapInArrow`` over INDEX_TASK_SCHEMA rows: read each file's entries, build it, write it.
+def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list[IndexPlan]) -> ArrowMap:
+    """``mapInArrow`` over file numbers (``id``): read file k's entries, build it, write it.
 
-    A row's ``plan`` is a storelib.indexfile.IndexPlan as JSON: the slices of the segments' scratch files
-    (udfs.parse.index_scratch_path) holding its entries, and the previous file's last entry, whose
-    endPhyOffset/endTimestamp the file starts from. Output: one INDEX_SUMMARY_SCHEMA row per file.
+    ``plans[k]`` says where they are: the slices of the segments' scratch files (udfs.parse.index_scratch_path)
+    holding its entries, and the previous file's last entry, whose endPhyOffset/endTimestamp the file starts
+    from. Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
     size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
@@ -158,7 +158,7 @@ def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            rows = [build(r["file_no"], IndexPlan.from_json(r["plan"])) for r in b.to_pylist()]
+            rows = [build(k, plans[k]) for k in b.column("id").to_pylist()]
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SUMMARY_SCHEMA)
 

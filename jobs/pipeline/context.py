@@ -42,6 +42,12 @@ class Run:
                 fs.delete_dir(path)
 
 
+def numbered_tasks(run: Run, n: int) -> Any:
+    """Tasks 0 … n-1, one per partition, as a DataFrame of ``id`` made on the JVM (``spark.range``): what each task
+    does travels in the function's closure, so no Python worker runs to hand the tasks their input."""
+    return run.spark.range(0, n, 1, n)
+
+
 def spark_schema(arrow_schema: Any) -> Any:
     """The Spark schema of an Arrow schema (udfs.schema)."""
     from pyspark.sql.pandas.types import from_arrow_schema

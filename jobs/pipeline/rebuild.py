@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from jobs.pipeline.context import Run, spark_schema
+from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.progress import Progress
 from storelib.batchcq import BATCH_CONSUMEQUEUE
@@ -68,9 +68,7 @@ from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
     CQ_RUN_SCHEMA,
     INDEX_SUMMARY_SCHEMA,
-    INDEX_TASK_SCHEMA,
     MESSAGE_SCHEMA,
-    PARSE_TASK_SCHEMA,
     QUEUE_SUMMARY_SCHEMA,
 )
 from udfs.write import INDEX_HEADER_FIELDS, consume_queue_writer, index_file_writer, index_part_name
@@ -223,15 +221,9 @@ def _tag_keys_found(
 
 def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str) -> Any:
     """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task per byte range."""
-    tasks = [
-        (k, json.dumps([dataclasses.asdict(s) for s in t]))
-        for k, t in enumerate(plan_parse_tasks(segments, TASK_BYTES))
-    ]
-    rdd = run.spark.sparkContext.parallelize(tasks, len(tasks))
+    tasks = plan_parse_tasks(segments, TASK_BYTES)
     out = CQ_RUN_SCHEMA if mode == "dispatch" else MESSAGE_SCHEMA
-    return run.spark.createDataFrame(rdd, spark_schema(PARSE_TASK_SCHEMA)).mapInArrow(
-        segment_parser(run.cfg, mode, scratch), spark_schema(out)
-    )
+    return numbered_tasks(run, len(tasks)).mapInArrow(segment_parser(run.cfg, mode, scratch, tasks), spark_schema(out))
 
 
 def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
@@ -286,11 +278,8 @@ def write_index_files(
     plans = index_file_plans(counts, entries_per_file(cfg.maxIndexNum))
     built = []
     if plans:
-        tasks = [(k, p.to_json()) for k, p in enumerate(plans)]
-        df = run.spark.createDataFrame(
-            run.spark.sparkContext.parallelize(tasks, len(tasks)), spark_schema(INDEX_TASK_SCHEMA)
-        )
-        rows = df.mapInArrow(index_file_writer(staging, scratch, cfg), spark_schema(INDEX_SUMMARY_SCHEMA)).collect()
+        writer = index_file_writer(staging, scratch, cfg, plans)
+        rows = numbered_tasks(run, len(plans)).mapInArrow(writer, spark_schema(INDEX_SUMMARY_SCHEMA)).collect()
         built = sorted((r.asDict() for r in rows), key=lambda s: s["file_no"])
     fs, root = resolve(staging)
     total = sum(n for _, n in counts)
