@@ -52,3 +52,14 @@ def test_rdd_and_arrow_workers_are_forked_by_one_daemon(spark) -> None:
     rdd = spark.sparkContext.parallelize([0], 1).mapPartitions(daemon_of_rdd_worker).collect()
     arrow = [r.pid for r in spark.range(1, numPartitions=1).mapInArrow(daemon_of_arrow_worker, "pid long").collect()]
     assert rdd == arrow
+
+
+def test_the_workers_numpy_does_not_ask_for_huge_pages(spark) -> None:
+    """conf/local.conf: NUMPY_MADVISE_HUGEPAGE=0 for the executors (the IndexFile task's arrays fault in faster)."""
+
+    def asks(_: object) -> object:
+        from numpy._core.multiarray import _get_madvise_hugepage
+
+        yield _get_madvise_hugepage()
+
+    assert spark.sparkContext.parallelize([0], 1).mapPartitions(asks).collect() == [False]

@@ -127,12 +127,31 @@ def index_part_name(file_no: int) -> str:
     return f".part-{file_no:08d}"
 
 
-def read_entries(uri: str, first: int, stop: int) -> np.ndarray:
-    """Entries [first, stop) of a segment's scratch file of IndexFile entries."""
+def read_entries(uri: str, first: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Entries [first, stop) of a segment's scratch file of IndexFile entries, read straight into ``out`` (a new
+    array when None)."""
+    out = np.empty(stop - first, dtype=INDEX_ENTRY_DTYPE) if out is None else out
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
-        data = f.read_at((stop - first) * _ENTRY_SIZE, first * _ENTRY_SIZE)
-    return np.frombuffer(data, dtype=INDEX_ENTRY_DTYPE)
+        f.seek(first * _ENTRY_SIZE)
+        view = memoryview(out.view(np.uint8))
+        have = 0
+        while have < len(view):
+            got = f.readinto(view[have:])
+            if not got:
+                raise EOFError(f"{uri}: {len(view) - have} bytes of IndexFile entries missing")
+            have += got
+    return out
+
+
+def planned_entries(scratch: str, plan: IndexPlan) -> np.ndarray:
+    """One IndexFile's entries in put order: its slices of the segments' scratch files, read into one array."""
+    out = np.empty(sum(stop - first for _, first, stop in plan.slices), dtype=INDEX_ENTRY_DTYPE)
+    at = 0
+    for segment, first, stop in plan.slices:
+        read_entries(index_scratch_path(scratch, segment), first, stop, out[at : at + stop - first])
+        at += stop - first
+    return out
 
 
 def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list[IndexPlan]) -> ArrowMap:
@@ -145,7 +164,7 @@ def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list
     size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
     def build(file_no: int, plan: IndexPlan) -> dict[str, object]:
-        e = np.concatenate([read_entries(index_scratch_path(scratch, seg), a, b) for seg, a, b in plan.slices])
+        e = planned_entries(scratch, plan)
         inherited = (0, 0)
         if plan.inherited:
             seg, at = plan.inherited
