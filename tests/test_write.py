@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from storelib.config import BrokerConfig
 from storelib.indexfile import IndexPlan
 from tests.reference import ReferenceIndexFile, index_key_hash
 from udfs.parse import index_scratch_path
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE
-from udfs.write import consume_queue_writer, index_file_writer
+from udfs.write import consume_queue_writer, index_file_writer, planned_entries
 
 #: ConsumeQueue files of 3 units (60 bytes); IndexFiles of 5 slots and 3 entries
 CFG = BrokerConfig(mappedFileSizeConsumeQueue=60, maxHashSlotNum=5, maxIndexNum=4)
@@ -104,6 +105,15 @@ KEYS = [("T#a", 100, TS), ("T#b", 100, TS), ("T#a", 300, TS + 2500), ("T#c", 400
 def write_scratch(scratch: Path, segment: str, keys: list[tuple[str, int, int]]) -> None:
     entries = np.array([(index_key_hash(k), o, t) for k, o, t in keys], dtype=INDEX_ENTRY_DTYPE)
     Path(index_scratch_path(str(scratch), segment)).write_bytes(entries.tobytes())
+
+
+def test_planned_entries_are_the_slices_in_plan_order_and_a_short_file_is_an_error(tmp_path: Path) -> None:
+    write_scratch(tmp_path, "A", KEYS[:2])
+    write_scratch(tmp_path, "B", KEYS[2:])
+    got = planned_entries(str(tmp_path), IndexPlan((("A", 1, 2), ("B", 0, 2)), None))
+    assert got["commitlog_offset"].tolist() == [o for _, o, _ in [KEYS[1], *KEYS[2:4]]]
+    with pytest.raises(EOFError, match="index-entries-A: 20 bytes of IndexFile entries missing"):
+        planned_entries(str(tmp_path), IndexPlan((("A", 1, 3),), None))
 
 
 def test_index_file_writer_builds_each_planned_file_like_the_broker(tmp_path: Path) -> None:
