@@ -53,10 +53,14 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
         a.findings += _deleted_on_recovery(a, r)
     readable = [r["live"] for r in rows if r["live"] and r["header"]]
     from_offset = max(a.rebuild_report["commitlog"]["min_offset"], a.scope.start)
-    rebuilt_entries = _entries(a, a.rebuilt, [r["rebuilt"] for r in rows if r["rebuilt"]], from_offset)
-    live_entries = _entries(a, a.store, readable, from_offset)
-    keys_info["entries_checked"] = _check_entries(a, live_entries, rebuilt_entries)
-    keys_info.update(_check_keys(a, readable, rebuilt_entries))
+    rebuilt_entries = _entries(a, a.rebuilt, [r["rebuilt"] for r in rows if r["rebuilt"]], from_offset).persist()
+    live_entries = _entries(a, a.store, readable, from_offset).persist()
+    try:
+        keys_info["entries_checked"] = _check_entries(a, live_entries, rebuilt_entries)
+        keys_info.update(_check_keys(a, readable, rebuilt_entries))
+    finally:
+        live_entries.unpersist()
+        rebuilt_entries.unpersist()
     first = min(pairs[0][0], len(names))
     a.repairs += index_repairs(rows, a.findings, names[first - 1] if first else None)
     return rows, keys_info
@@ -80,7 +84,8 @@ def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
 
 
 def _entries(a: Audit, store: str, names: list[str], from_offset: int) -> Any:
-    """(file, entry, key_hash, phy_offset) of the IndexFiles ``names`` of ``store``, at or after ``from_offset``."""
+    """(file, entry, key_hash, phy_offset) of the IndexFiles ``names`` of ``store``, at or after ``from_offset``
+    (each used twice: the caller persists them, so each file is read once)."""
     spark = a.run.spark
     names_df = spark.createDataFrame([(n,) for n in names], "name string").repartition(max(1, len(names)))
     rows = names_df.mapInArrow(index_entry_rows(store, a.cfg), spark_schema(INDEX_ENTRY_SCHEMA))
