@@ -226,9 +226,14 @@ def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str) -> A
     return numbered_tasks(run, len(tasks)).mapInArrow(segment_parser(run.cfg, mode, scratch, tasks), spark_schema(out))
 
 
+def parse_progress(run: Run, segments: list[Segment], label: str = "parse") -> Progress:
+    """The console progress of parse_store's tasks over ``segments``."""
+    return Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments), label)
+
+
 def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
     """Parse the segments for their summaries only (ends, damage, fingerprints): the rows are dropped."""
-    with Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments), "scan"):
+    with parse_progress(run, segments, "scan"):
         parse_store(run, segments, "dispatch", scratch).write.format("noop").mode("overwrite").save()
     return read_summaries(scratch, segments)
 
@@ -381,8 +386,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         scratch = f"{work}/scratch"
         runs = parse_store(run, segments, "dispatch", scratch)
         parsed = threading.Event()  # set when the queue writers are done (every parse task was then too)
-        tasks = len(plan_parse_tasks(segments, TASK_BYTES))
-        with Progress(run, tasks, sum(s.size for s in segments)), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with parse_progress(run, segments), concurrent.futures.ThreadPoolExecutor(1) as pool:
             indexing = pool.submit(index_stage, run, staging, scratch, segments, findings, on_error, parsed)
             try:
                 queues = write_consume_queues(run, runs, staging)
