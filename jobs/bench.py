@@ -204,7 +204,7 @@ def main() -> int:
 
 def print_table(rows: dict[str, dict], bare: float) -> None:
     print(
-        f"\n{'store':>10} {'messages':>11} {'MB':>7} {'raw read':>10} {'process':>8} {'- bare':>7} "
+        f"\n{'store':>10} {'messages':>11} {'MB':>7} {'raw read':>10} {'process':>8} {'x bare':>6} {'- bare':>7} "
         f"{'marginal msgs/s':>16} {'task us/rec':>11} {'task peak':>9}"
     )
     for store in STORES:
@@ -220,7 +220,8 @@ def print_table(rows: dict[str, dict], bare: float) -> None:
             marginal = f"{(r['messages'] - small['messages']) / dt:,.0f}" if dt > 0 else "n/a"
         print(
             f"{r['store']:>10} {r['messages']:>11,} {r['commitlog_mb']:>7} {r['raw_read_mb_s']:>5} MB/s "
-            f"{r['process_s']:>7.1f}s {r['process_s'] - bare:>6.1f}s {marginal:>16} {per_record:>11} "
+            f"{r['process_s']:>7.1f}s {r['process_s'] / bare:>5.2f}x {r['process_s'] - bare:>6.1f}s {marginal:>16} "
+            f"{per_record:>11} "
             f"{r['peak_rss_mb']:>6.0f} MB"
         )
 
