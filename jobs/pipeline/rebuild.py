@@ -411,13 +411,16 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
 
 @dataclasses.dataclass
 class Indexed:
-    """What the index stage leaves: the summaries (skipped segments without their messages), as scanned, the
-    segments left out, and the IndexFiles built."""
+    """What the index stage leaves: the segments' summaries as scanned, the segments left out, the IndexFiles built."""
 
-    summaries: dict[str, SegmentSummary]
     scanned: dict[str, SegmentSummary]
     skipped: list[str]
     index_files: list[dict[str, Any]]
+
+    @property
+    def summaries(self) -> dict[str, SegmentSummary]:
+        """As scanned, the skipped segments without their messages (what the index and the report count)."""
+        return {name: s.without_messages() if name in self.skipped else s for name, s in self.scanned.items()}
 
 
 def index_stage(
@@ -431,11 +434,11 @@ def index_stage(
 ) -> Indexed:
     """Judge the segments and build the IndexFiles as soon as every parse task has left its summary, while the
     ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
-    summaries = wait_for_summaries(scratch, segments, parsed)
-    scanned = dict(summaries)
-    skipped = judge(segments, summaries, findings, on_error)
-    summaries.update({name: summaries[name].without_messages() for name in skipped})
-    return Indexed(summaries, scanned, skipped, write_index_files(run, staging, scratch, segments, summaries))
+    scanned = wait_for_summaries(scratch, segments, parsed)
+    skipped = judge(segments, scanned, findings, on_error)
+    indexed = Indexed(scanned, skipped, [])
+    indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries)
+    return indexed
 
 
 #: seconds between two listings of the scratch directory while the parse runs
