@@ -212,3 +212,29 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     assert recover(Run(spark, cfg), str(store), str(rebuilt), True, backup_dir=tmp_path / "backup", audited=before) == 0
     assert read_back(store, cfg.mappedFileSizeCommitLog) > 1000
     assert len(list((store / "index").iterdir())) == len(list((rebuilt / "index").iterdir()))
+
+
+def test_recover_copies_a_chunk_at_a_time_and_zeros_stay_a_hole(tmp_path: Path) -> None:
+    """Backups, new files and undo are poured CHUNK bytes at a time: a 1 GiB segment's truncate is never held in
+    memory; the zeros it leaves are a hole; a source shorter than its piece is an error."""
+    import hashlib
+    import os
+    import tracemalloc
+
+    from jobs.pipeline.recover import CHUNK, Piece, _write_durably
+
+    segment = tmp_path / "segment"
+    segment.write_bytes(os.urandom(1 << 20) * 40)
+    tracemalloc.start()
+    sha256 = _write_durably(tmp_path / "new", [Piece.of_file(segment, 1 << 20, 40 << 20), Piece(None, 0, 200 << 20)])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 3 * CHUNK
+    new = tmp_path / "new"
+    assert new.stat().st_size == (39 + 200) << 20 and new.stat().st_blocks * 512 < 41 << 20
+    expected = hashlib.sha256(segment.read_bytes()[1 << 20 :])
+    for _ in range(200 // 8):
+        expected.update(bytes(8 << 20))
+    assert sha256 == expected.hexdigest()
+    with pytest.raises(OSError, match="ends 1 bytes before byte"):
+        _write_durably(tmp_path / "short", [Piece.of_file(segment, 0, (40 << 20) + 1)])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -29,7 +30,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from jobs.liveness import broker_processes, is_local, local_path, lock_held
 from jobs.pipeline.audit import AuditResult, audit
@@ -174,22 +175,73 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+#: files are copied and hashed this many bytes at a time: recover's memory does not grow with a 1 GiB segment
+CHUNK = 8 << 20
+_ZEROS = bytes(CHUNK)
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Bytes [start, stop) of what ``open()`` reads (a binary stream), or ``stop - start`` zeros when it is None."""
+
+    open: Callable[[], BinaryIO] | None
+    start: int
+    stop: int
+
+    @classmethod
+    def of_file(cls, path: Path, start: int, stop: int) -> Piece:
+        return cls(lambda: open(path, "rb"), start, stop)
+
+    @classmethod
+    def of_bytes(cls, data: bytes) -> Piece:
+        return cls(lambda: io.BytesIO(data), 0, len(data))
+
+
+def _pour(pieces: list[Piece], out: BinaryIO | None, digest: Any) -> None:
+    """The pieces' bytes, in order, into ``digest`` and, unless None, ``out`` (zeros skipped: a hole), a CHUNK at a
+    time; OSError when a source ends early."""
+    for p in pieces:
+        left = p.stop - p.start
+        if p.open is None:
+            if out is not None:
+                out.seek(left, os.SEEK_CUR)
+            while left:
+                digest.update(memoryview(_ZEROS)[: min(CHUNK, left)])
+                left -= min(CHUNK, left)
+            continue
+        with p.open() as src:
+            if p.start:
+                src.seek(p.start)
+            while left:
+                chunk = src.read(min(CHUNK, left))
+                if not chunk:
+                    raise OSError(f"{getattr(src, 'name', 'a source')} ends {left} bytes before byte {p.stop}")
+                digest.update(chunk)
+                if out is not None:
+                    out.write(chunk)
+                left -= len(chunk)
+
+
+def _write_durably(path: Path, pieces: list[Piece], digest: Any = None) -> str:
+    """The pieces into ``path`` (zeros a hole), fsynced; the sha256 of its bytes (continuing ``digest`` if given)."""
+    digest = hashlib.sha256() if digest is None else digest
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        f.write(data)
+        _pour(pieces, f, digest)
+        f.truncate()
         f.flush()
         os.fsync(f.fileno())
+    return digest.hexdigest()
 
 
-def _replace_atomically(root: Path, target: Path, data: bytes) -> None:
-    """Write ``data`` under a temporary name in the store's tmp dir, fsync, rename over ``target``, fsync dirs."""
+def _write_tmp(root: Path, pieces: list[Piece]) -> tuple[Path, str]:
+    """The pieces written durably under a temporary name in the store's tmp dir; that name and their sha256."""
     tmp = root / TMP_DIR / uuid.uuid4().hex
-    _write_durably(tmp, data)
+    return tmp, _write_durably(tmp, pieces)
+
+
+def _rename_into(tmp: Path, target: Path) -> None:
+    """Rename ``tmp`` over ``target`` (a crash leaves the old or the new file), fsync the directories."""
     created = not target.parent.exists()
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, target)
@@ -282,10 +334,12 @@ def _back_up(steps: list[Step], targets: list[Path], backup: Path) -> list[dict[
     for i, (s, target) in enumerate(zip(steps, targets)):
         entry: dict[str, Any] = {"action": s.action, "file": s.file, "reason": s.reason, "backup": None}
         if s.action != "create" and target.exists():
-            old = target.read_bytes()
-            keep = old[s.offset :] if s.action == "truncate" else old
-            entry.update(backup=f"files/{i:05d}", size=len(old), sha256=_sha256(old), offset=s.offset)
-            _write_durably(backup / entry["backup"], keep)
+            size = target.stat().st_size
+            kept_from = s.offset if s.action == "truncate" else 0  # a truncate keeps what it zeroes
+            digest = hashlib.sha256()
+            _pour([Piece.of_file(target, 0, kept_from)], None, digest)
+            entry.update(backup=f"files/{i:05d}", size=size, offset=s.offset)
+            entry["sha256"] = _write_durably(backup / entry["backup"], [Piece.of_file(target, kept_from, size)], digest)
         elif s.action == "create" and target.exists():
             raise Refused(f"{s.file} appeared since the audit; audit again")
         entries.append(entry)
@@ -294,19 +348,20 @@ def _back_up(steps: list[Step], targets: list[Path], backup: Path) -> list[dict[
     return entries
 
 
-def _change(s: Step, target: Path, root: Path, rebuilt_file: Callable[[str], bytes], cfg: BrokerConfig) -> bytes:
-    """Make one step's change; the new content (empty for a delete)."""
+def _change(s: Step, target: Path, root: Path, rebuilt_file: Callable[[str], Piece], cfg: BrokerConfig) -> str:
+    """Make one step's change; the sha256 of the new content (of nothing for a delete)."""
     if s.action == "delete":
         target.unlink(missing_ok=True)
         _fsync_dir(target.parent)
-        return b""
+        return hashlib.sha256().hexdigest()
     if s.action == "truncate":
-        old = target.read_bytes()
-        data = old[: s.offset] + bytes(max(len(old), cfg.mappedFileSizeCommitLog) - (s.offset or 0))
+        old, offset = target.stat().st_size, s.offset or 0
+        new = [Piece.of_file(target, 0, offset), Piece(None, offset, max(old, cfg.mappedFileSizeCommitLog))]
     else:
-        data = s.data if s.data is not None else rebuilt_file(str(s.source))
-    _replace_atomically(root, target, data)
-    return data
+        new = [Piece.of_bytes(s.data) if s.data is not None else rebuilt_file(str(s.source))]
+    tmp, sha256 = _write_tmp(root, new)
+    _rename_into(tmp, target)
+    return sha256
 
 
 def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: BrokerConfig) -> dict[str, Any]:
@@ -320,6 +375,11 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
     targets = [store_target(root, s.file) for s in steps]
     fs, rebuilt_root = resolve(rebuilt)
     check_free_space(steps, targets, backup, lambda src: fs.get_file_info(join(rebuilt_root, src)).size, cfg)
+
+    def rebuilt_piece(src: str) -> Piece:
+        path = join(rebuilt_root, src)
+        return Piece(lambda: fs.open_input_stream(path), 0, fs.get_file_info(path).size)
+
     manifest = {
         "format": MANIFEST_FORMAT,
         "store": str(root),
@@ -337,10 +397,9 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
         raise RmqStoreError(f"could not back up into {backup}: {exc}; nothing in the store was changed") from None
     for step, entry, target in zip(steps, manifest["steps"], targets):
         try:
-            data = _change(step, target, root, lambda src: read_file(fs, join(rebuilt_root, src)), cfg)
+            entry["new_sha256"] = _change(step, target, root, rebuilt_piece, cfg)
         except BaseException as exc:  # a full disk, an I/O error, an interrupt: put back what was changed
             _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
-        entry["new_sha256"] = _sha256(data)
         print(f"  done     {step.action} {step.file}", file=sys.stderr)
     manifest["state"] = "applied"
     _write_manifest(backup, manifest)
@@ -368,7 +427,7 @@ def _roll_back(root: Path, backup: Path, manifest: dict[str, Any], failure: str)
 
 def _write_manifest(backup: Path, manifest: dict[str, Any]) -> None:
     tmp = backup / f".{MANIFEST}.tmp"
-    _write_durably(tmp, (json.dumps(manifest, indent=1) + "\n").encode())
+    _write_durably(tmp, [Piece.of_bytes((json.dumps(manifest, indent=1) + "\n").encode())])
     os.replace(tmp, backup / MANIFEST)
     _fsync_dir(backup)
 
@@ -418,12 +477,15 @@ def _restore(root: Path, backup: Path, manifest: dict[str, Any]) -> None:
                 target.unlink()
                 _fsync_dir(target.parent)
             continue
-        saved = (backup / entry["backup"]).read_bytes()
+        copy = backup / entry["backup"]
+        saved = [Piece.of_file(copy, 0, copy.stat().st_size)]
         if entry["action"] == "truncate":
-            saved = target.read_bytes()[: entry["offset"]] + saved
-        if _sha256(saved) != entry["sha256"]:
+            saved.insert(0, Piece.of_file(target, 0, entry["offset"]))
+        tmp, sha256 = _write_tmp(root, saved)
+        if sha256 != entry["sha256"]:
+            tmp.unlink()
             raise Refused(f"backup of {entry['file']} does not match its sha256 in the manifest")
-        _replace_atomically(root, target, saved)
+        _rename_into(tmp, target)
         print(f"  restored {entry['file']}", file=sys.stderr)
     for d in reversed(manifest.get("created_dirs", [])):
         path = store_target(root, d)
