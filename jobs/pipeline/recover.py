@@ -374,12 +374,12 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
     backup = check_backup_dir(store, backup)
     targets = [store_target(root, s.file) for s in steps]
     fs, rebuilt_root = resolve(rebuilt)
-    check_free_space(steps, targets, backup, lambda src: fs.get_file_info(join(rebuilt_root, src)).size, cfg)
 
     def rebuilt_piece(src: str) -> Piece:
         path = join(rebuilt_root, src)
         return Piece(lambda: fs.open_input_stream(path), 0, fs.get_file_info(path).size)
 
+    check_free_space(steps, targets, backup, lambda src: rebuilt_piece(src).stop, cfg)
     manifest = {
         "format": MANIFEST_FORMAT,
         "store": str(root),
