@@ -37,8 +37,8 @@ _PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
 #: the daemon starts; nor a cluster's): the workers are this interpreter, so their daemon can be ours
 #: (udfs/daemon.py: no archives re-read at every task, the kernel loaded before the fork). Spark keeps one daemon per
 #: worker environment, and its SQL runners add SPARK_SIMPLIFIED_TRACEBACK=1 to theirs: given to every worker, the
-#: RDD jobs (the warm-up's, the parse tasks' input) and the Arrow ones share one daemon, started once, not a second
-#: one, loading the kernel again, when the parse begins
+#: RDD jobs (the warm-up's, the audit's per-file tasks) and the Arrow ones share one daemon, started once, not a
+#: second one, loading the kernel again, when the parse begins
 LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon", "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1"}
 #: the same local master: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
 #: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB). C1 alone shrinks the
