@@ -448,3 +448,34 @@ def test_audit_cannot_audit_what_is_not_a_store(spark, tmp_path) -> None:
     store = copy_store(CLEAN, tmp_path / "clean")
     assert run_cli(["audit", "--store", str(store), "--report", str(store / "report")]) == 2
     assert not (store / "report").exists()
+
+
+def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#8 item 5: an audit that rebuilds compares with its rebuild's parse, and one given --rebuilt scans the store
+    once; neither parses the commitlog a second time for its comparisons (the records of RebuildResult)."""
+    from jobs.pipeline import rebuild as rebuild_module
+    from jobs.pipeline.audit import audit
+    from jobs.pipeline.context import Run
+    from storelib.config import BrokerConfig
+    from storelib.generate import GeneratorSpec, generate_store
+
+    cfg = BrokerConfig(
+        mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400
+    )
+    store = tmp_path / "store"
+    generate_store(store, GeneratorSpec(messages=600, topics=2, queues_per_topic=2), cfg)
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_module.rebuild(Run(spark, cfg), str(store), str(rebuilt))
+    parses: list[str] = []
+    parse_store = rebuild_module.parse_store
+
+    def counted(run: Run, segments: list, mode: str, scratch: str) -> object:
+        parses.append(mode)
+        return parse_store(run, segments, mode, scratch)
+
+    monkeypatch.setattr(rebuild_module, "parse_store", counted)
+    assert audit(Run(spark, cfg), str(store), None, str(tmp_path / "r1")).exit_code == 0
+    assert parses == ["dispatch"]  # its own rebuild
+    parses.clear()
+    assert audit(Run(spark, cfg), str(store), str(rebuilt), str(tmp_path / "r2")).exit_code == 0
+    assert parses == ["dispatch"]  # the scan of the audited segments
