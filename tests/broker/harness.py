@@ -143,12 +143,13 @@ def read_properties(path: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def sources_hash() -> str:
-    """What defines a store: Workload.java, the pom and the harness settings (edits elsewhere keep the cache)."""
+def sources_hash(version: str, variant: str) -> str:
+    """What defines one store: Workload.java, the pom and the settings of that version and variant (a new variant
+    or version, or edits elsewhere, keep the other stores' cache)."""
     h = hashlib.sha256()
     for name in ("Workload.java", "pom.xml"):
         h.update((HERE / name).read_bytes())
-    settings = [VERSIONS, VARIANTS, STORE_SETTINGS, SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
+    settings = [VERSIONS[version], store_settings(version, variant), SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()[:12]
 
@@ -339,7 +340,7 @@ def build_store(version: str, variant: str = "default", seed: int = SEED) -> Bro
     """The cached store of (version, variant, seed, sources hash), written by the real broker now if absent.
     One build at a time per cache (a file lock): sessions sharing the cache wait for each other's store."""
     settings = store_settings(version, variant)
-    final = CACHE / "stores" / f"{version}-{variant}-seed{seed}-{sources_hash()}"
+    final = CACHE / "stores" / f"{version}-{variant}-seed{seed}-{sources_hash(version, variant)}"
     with _cache_lock(timeout=900):
         if not (final / "COMPLETE").is_file():
             _build(version, variant, settings, final, seed)
