@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import itertools
+import json
 import zlib
 from pathlib import Path
 
@@ -23,10 +25,10 @@ from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.errors import ConfigError, StoreFormatError
+from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.indexfile import IndexFileSeries, IndexHeader
 from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
-from storelib.versions import StoreFacts, detect, rules_for
+from storelib.versions import RULE_SETS, RuleInputs, StoreFacts, differences, releases, rules_for, select
 
 FIXTURE_NAME = "rocketmq-5.5.0-sample"
 
@@ -230,29 +232,79 @@ def test_batch_cq_topics_come_from_topics_json() -> None:
 # --- detection ----------------------------------------------------------------------------------------
 
 
-def test_no_clue_means_4_9_rules() -> None:
-    rules, found, why = detect(StoreFacts())
-    assert (rules.name, found) == ("4.9", [])
-    assert "no 5.x clue" in why
+def detected(facts: StoreFacts) -> str:
+    """The name of the oldest rule set the facts' clues allow."""
+    return select("", facts).rules.name
 
 
-def test_clues_raise_the_lower_bound() -> None:
+def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same_files() -> None:
+    rules = select("", StoreFacts())
+    assert (rules.rules.name, rules.settled, rules.source) == ("4.9", False, "detected")
+    assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
+    assert "no 5.x clue" in rules.why
+    assert rules.settle(RuleInputs()).settled
+    with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
+        rules.settle(RuleInputs(tagged_index_records=3))
+    assert e.value.choices == ["4.9.0", "5.0.0", "5.1.1", "5.1.2", "5.2.0", "5.5.0"]
+    assert e.value.exit_code == 2
+
+
+def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
-    assert detect(facts)[0].name == "5.2"
-    assert detect(dataclasses.replace(facts, tag_keys_found=4))[0].name == "5.5"
-    assert detect(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3))[0].name == "5.0"
+    assert detected(facts) == "5.2"
+    assert [r.name for r in select("", facts).candidates] == ["5.2"]  # the live index has no tag keys
+    assert [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates] == ["5.2", "5.5"]
+    assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.5"
+    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settled
+    assert detected(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3)) == "5.0"
+    below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: before 5.2
+    assert [r.name for r in below.candidates] == ["4.9", "5.0", "5.1.1", "5.1.2"]
+    assert releases(StoreFacts(props_records=3)).text == "4.9.0 up to (not including) 5.2.0"
+
+
+def test_a_given_release_wins_and_is_settled() -> None:
+    rules = select("5.3.3", StoreFacts(props_records=3))
+    assert (rules.rules.name, rules.settled, rules.version) == ("5.2", True, "5.3.3")
+    assert rules.settle(RuleInputs(tagged_index_records=9)) is rules
+    assert rules.to_dict()["source"] == "--broker-version"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "differ"),
+    [
+        (RuleInputs(tagged_index_records=1), {("5.2", "5.5")}),
+        (RuleInputs(batch_cq_records=1), {("4.9", "5.0")}),
+        (RuleInputs(lmq_sources=(("%RETRY%g", 1),)), {("5.0", "5.1.1")}),
+        (RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 1),)), {("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("rmq_sys_x", 1),)), {("5.1.2", "5.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_unprefixed_names=1), {("4.9", "5.0")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 2),)), set()),
+        (RuleInputs(lmq_unprefixed_names=1), set()),  # no record multi-dispatched: the names are never read
+    ],
+)
+def test_what_makes_two_rule_sets_differ_for_a_store(inputs: RuleInputs, differ: set[tuple[str, str]]) -> None:
+    pairs = {(a.name, b.name) for a, b in itertools.pairwise(RULE_SETS) if differences(a, b, inputs)}
+    assert pairs == differ
+
+
+def test_rule_inputs_add_up_and_survive_json() -> None:
+    a = RuleInputs(1, 2, (("A", 1), ("B", 2)), 3, 4)
+    b = RuleInputs(10, 0, (("B", 1),), 0, 1)
+    assert a + b == RuleInputs(11, 2, (("A", 1), ("B", 3)), 3, 5)
+    assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(a)))) == a
 
 
 def test_contradicting_clues_are_refused() -> None:
     facts = StoreFacts(crc_property_records=2, props_records=5, props_ending_02=0)
     with pytest.raises(ConfigError, match="--broker-version"):
-        detect(facts)
+        releases(facts)
 
 
 def test_a_4_9_checkpoint_has_no_5_x_fields() -> None:
     cp = (1).to_bytes(8, "big") * 3 + bytes(4096 - 24)
-    assert detect(StoreFacts(checkpoint=cp))[0].name == "4.9"
-    assert detect(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:]))[0].name == "5.0"
+    assert detected(StoreFacts(checkpoint=cp)) == "4.9"
+    assert detected(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:])) == "5.0"
 
 
 # --- BatchConsumeQueue audit -----------------------------------------------------------------------------
