@@ -335,11 +335,23 @@ class BrokerRules:
         }
 
 
+def _against_clues(version: tuple[int, int, int], facts: StoreFacts) -> str:
+    """A warning when a given release lies outside the range the store's clues allow, else ""."""
+    try:
+        found = releases(facts)
+    except ConfigError:
+        return ""
+    if found.low <= version < (found.high or _END):
+        return ""
+    return f" (WARNING: the store's clues allow {found.text}: {'; '.join(c.text for c in found.clues)})"
+
+
 def select(version: str, facts: StoreFacts) -> BrokerRules:
     """The rules to use: a given ``--broker-version`` wins over detection from the store. Detected rules are
     the oldest rule set the clues allow, settled at once when the clues allow only one."""
     if version:
-        return BrokerRules(rules_for(version), "--broker-version", f"--broker-version {version}", version=version)
+        why = f"--broker-version {version}" + _against_clues(parse_version(version), facts)
+        return BrokerRules(rules_for(version), "--broker-version", why, version=version)
     found = releases(facts)
     cands = found.candidates
     why = "; ".join(c.text for c in found.clues) or "no 5.x clue in the store"

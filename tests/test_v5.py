@@ -263,10 +263,14 @@ def test_clues_bound_the_releases() -> None:
 
 
 def test_a_given_release_wins_and_is_settled() -> None:
-    rules = select("5.3.3", StoreFacts(props_records=3))
+    rules = select("5.3.3", StoreFacts(props_records=3, props_ending_02=3))
     assert (rules.rules.name, rules.settled, rules.version) == ("5.2", True, "5.3.3")
     assert rules.settle(RuleInputs(tagged_index_records=9)) is rules
     assert rules.to_dict()["source"] == "--broker-version"
+    assert "WARNING" not in rules.why
+    warned = select("5.5.0", StoreFacts(props_records=3))  # its properties do not end with 0x02: before 5.2
+    assert "WARNING: the store's clues allow 4.9.0 up to (not including) 5.2.0" in warned.why
+    assert warned.rules.name == "5.5"  # the operator's word wins; the console line and the report say it
 
 
 @pytest.mark.parametrize(

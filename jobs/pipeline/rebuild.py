@@ -154,8 +154,7 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = "defaultRocksDB" if rocksdb else cfg.storeType
     cfg = dataclasses.replace(cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
-    facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
-    rules = select(cfg.brokerVersion, facts)
+    rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
     return dataclasses.replace(cfg, brokerVersion=version_text(rules.rules.first)), rules
 
 
