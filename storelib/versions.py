@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import json
 import re
 
 import numpy as np
@@ -135,6 +136,8 @@ class StoreFacts:
     crc_property_records: int = 0  # sampled records holding __CRC32#
     tag_keys_found: int | None = None  # sampled tagged records whose topic#T#tags chain leads to them
     tag_keys_checked: int = 0  # sampled tagged records inside a live IndexFile whose UNIQ_KEY was found
+    config_entries: frozenset[str] = frozenset()  # names in config/
+    config_keys: frozenset[str] = frozenset()  # config_keys() of the CONFIG_JSON files in config/
 
 
 def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
@@ -154,13 +157,83 @@ def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
     }
 
 
+#: config/ files whose key paths detection reads (ConfigManager.persist of TopicConfigManager,
+#: ConsumerOffsetManager, LmqConsumerOffsetManager and the consumer order info manager)
+CONFIG_JSON = ("topics.json", "consumerOffset.json", "lmqConsumerOffset.json", "consumerOrderInfo.json")
+_V50, _V51, _V52, _V54, _V55 = (5, 0, 0), (5, 1, 0), (5, 2, 0), (5, 4, 0), (5, 5, 0)
+#: store-root entries a release writes whatever the workload (clue name, entry, first release; tests/broker/FACTS.md)
+_ROOT_ENTRIES = (
+    ("batchconsumequeue/", "batchconsumequeue", _V50),
+    ("timerlog/", "timerlog", _V50),
+    ("timerwheel", "timerwheel", _V50),
+    ("abort.bak", "abort.bak", _V50),  # DefaultMessageStore.createTempFile: MixAll.string2File over the empty abort
+    ("compaction/", "compaction", _V51),  # CompactionStore: compaction/position-checkpoint at shutdown
+    ("rocksdbstore/", "rocksdbstore", _V54),  # DefaultMessageStore.<init>: MessageRocksDBStorage
+)
+#: config/ files only these releases write (BrokerPathConfigHelper names; the class that persists them)
+_CONFIG_ENTRIES = (
+    ("timercheck", _V50),  # TimerCheckpoint
+    ("timermetrics", _V50),  # TimerMetrics
+    ("consumerOrderInfo.json", _V50),  # ConsumerOrderInfoManager
+    ("transactionMetrics", _V52),  # TransactionMetrics (TransactionMetricsFlushService)
+)
+#: config/ key paths only these releases write: a system topic TopicConfigManager.<init> always adds, and
+#: fastjson properties (public getters) of the object ConfigManager.encode serializes
+_CONFIG_KEYS = (
+    ("topics.json:topicConfigTable.RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", _V54),
+    ("consumerOrderInfo.json:orderedConsumptionLevel", _V54),  # QueueLevelConsumerManager
+    ("consumerOrderInfo.json:orderInfoCount", _V55),
+    ("consumerOffset.json:pullOffsetTable", _V55),  # ConsumerOffsetManager.getPullOffsetTable
+    ("lmqConsumerOffset.json:pullOffsetTable", _V55),
+)
+# fastjson writes Integer map keys bare: offsetTable {0:61}, delayOffset.json {1:9}
+_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def config_keys(name: str, text: str) -> frozenset[str]:
+    """The key paths ``name:key`` and ``name:key.subkey`` of a config/ file as the broker's fastjson writes it
+    (bare integer map keys allowed); none when it is not a JSON object."""
+    try:
+        doc = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    except ValueError:
+        return frozenset()
+    if not isinstance(doc, dict):
+        return frozenset()
+    inner = {f"{name}:{k}.{sub}" for k, v in doc.items() if isinstance(v, dict) for sub in v}
+    return frozenset({f"{name}:{k}" for k in doc} | inner)
+
+
+def file_clues(f: StoreFacts) -> list[Clue]:
+    """Clues from what a release writes outside commitlog/, index/, consumequeue/ and the checkpoint: store-root
+    entries, config/ files and their JSON key paths (each written only from the release named)."""
+    out = [Clue(c, f"the store root holds {e}", at_least=v) for c, e, v in _ROOT_ENTRIES if e in f.root_entries]
+    out += [Clue(f"config/{e}", f"config/ holds {e}", at_least=v) for e, v in _CONFIG_ENTRIES if e in f.config_entries]
+    for key, since in _CONFIG_KEYS:
+        if key in f.config_keys:
+            name, path = key.split(":")
+            out.append(Clue(f"config {path}", f"config/{name} holds {path}", at_least=since))
+    return out + _data_version_clues(f.config_keys)
+
+
+def _data_version_clues(keys: frozenset[str]) -> list[Clue]:
+    """5.0.0's DataVersion (remoting.protocol) adds ``stateVersion`` to the ``dataVersion`` a config file holds;
+    4.9.x's (common) writes only counter and timestamp."""
+    files = sorted(k.split(":")[0] for k in keys if k.endswith(":dataVersion"))
+    new = [n for n in files if f"{n}:dataVersion.stateVersion" in keys]
+    old = [n for n in files if n not in new]
+    out = []
+    if new:
+        out.append(Clue("dataVersion.stateVersion", f"the dataVersion of {', '.join(new)} has stateVersion", _V50))
+    if old:
+        text = f"the dataVersion of {', '.join(old)} has no stateVersion"
+        out.append(Clue("dataVersion.stateVersion", text, below=_V50))
+    return out
+
+
 def clues(f: StoreFacts) -> list[Clue]:
     """Every clue the facts hold, in a fixed order."""
-    out = []
+    out = file_clues(f)
     v50, v511, v52, v55 = (5, 0, 0), (5, 1, 1), (5, 2, 0), (5, 5, 0)
-    for entry in ("batchconsumequeue", "timerlog", "timerwheel"):
-        if entry in f.root_entries:
-            out.append(Clue(f"{entry}/", f"the store root holds {entry}", at_least=v50))
     rocks = sorted(e for e in f.consumequeue_entries if ROCKSDB_FILE.match(e))
     if is_rocksdb(f.consumequeue_entries):
         out.append(Clue("rocksdb-consumequeue", f"RocksDB files hold the ConsumeQueue ({', '.join(rocks[:3])})", v52))
