@@ -177,14 +177,19 @@ _CONFIG_ENTRIES = (
     ("consumerOrderInfo.json", _V50),  # ConsumerOrderInfoManager
     ("transactionMetrics", _V52),  # TransactionMetrics (TransactionMetricsFlushService)
 )
-#: config/ key paths only these releases write: a system topic TopicConfigManager.<init> always adds, and
-#: fastjson properties (public getters) of the object ConfigManager.encode serializes
-_CONFIG_KEYS = (
-    ("topics.json:topicConfigTable.RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", _V54),
-    ("consumerOrderInfo.json:orderedConsumptionLevel", _V54),  # QueueLevelConsumerManager
-    ("consumerOrderInfo.json:orderInfoCount", _V55),
-    ("consumerOffset.json:pullOffsetTable", _V55),  # ConsumerOffsetManager.getPullOffsetTable
-    ("lmqConsumerOffset.json:pullOffsetTable", _V55),
+#: config/ key paths only these releases write: a system topic TopicConfigManager.<init> always adds
+_CONFIG_KEYS = (("topics.json:topicConfigTable.RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", _V54),)
+#: (file, a key every release writes in it, a key only releases from ``since`` write, since): fastjson
+#: properties (public getters) of the object ConfigManager.encode serializes, never null from that release on; a
+#: file holding the first key without the second was written by an older release
+_CONFIG_SCHEMAS = (
+    ("topics.json", "dataVersion", "dataVersion.stateVersion", _V50),  # DataVersion.getStateVersion
+    ("consumerOffset.json", "offsetTable", "dataVersion", _V50),  # ConsumerOffsetManager.getDataVersion
+    ("lmqConsumerOffset.json", "offsetTable", "dataVersion", _V50),
+    ("consumerOrderInfo.json", "table", "orderedConsumptionLevel", _V54),  # QueueLevelConsumerManager
+    ("consumerOrderInfo.json", "table", "orderInfoCount", _V55),
+    ("consumerOffset.json", "offsetTable", "pullOffsetTable", _V55),  # ConsumerOffsetManager.getPullOffsetTable
+    ("lmqConsumerOffset.json", "offsetTable", "pullOffsetTable", _V55),
 )
 # fastjson writes Integer map keys bare: offsetTable {0:61}, delayOffset.json {1:9}
 _BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
@@ -212,21 +217,17 @@ def file_clues(f: StoreFacts) -> list[Clue]:
         if key in f.config_keys:
             name, path = key.split(":")
             out.append(Clue(f"config {path}", f"config/{name} holds {path}", at_least=since))
-    return out + _data_version_clues(f.config_keys)
+    return out + _schema_clues(f.config_keys)
 
 
-def _data_version_clues(keys: frozenset[str]) -> list[Clue]:
-    """5.0.0's DataVersion (remoting.protocol) adds ``stateVersion`` to the ``dataVersion`` a config file holds;
-    4.9.x's (common) writes only counter and timestamp."""
-    files = sorted(k.split(":")[0] for k in keys if k.endswith(":dataVersion"))
-    new = [n for n in files if f"{n}:dataVersion.stateVersion" in keys]
-    old = [n for n in files if n not in new]
+def _schema_clues(keys: frozenset[str]) -> list[Clue]:
+    """A _CONFIG_SCHEMAS file with its newer key: that release or later; without it: an older release."""
     out = []
-    if new:
-        out.append(Clue("dataVersion.stateVersion", f"the dataVersion of {', '.join(new)} has stateVersion", _V50))
-    if old:
-        text = f"the dataVersion of {', '.join(old)} has no stateVersion"
-        out.append(Clue("dataVersion.stateVersion", text, below=_V50))
+    for name, every, newer, since in _CONFIG_SCHEMAS:
+        if f"{name}:{every}" in keys:
+            has = f"{name}:{newer}" in keys
+            text = f"config/{name} {'holds' if has else 'has no'} {newer}"
+            out.append(Clue(f"config {newer}", text, at_least=since if has else None, below=None if has else since))
     return out
 
 
