@@ -136,13 +136,14 @@ class StoreFacts:
     crc_property_records: int = 0  # sampled records holding __CRC32#
     tag_keys_found: int | None = None  # sampled tagged records whose topic#T#tags chain leads to them
     tag_keys_checked: int = 0  # sampled tagged records inside a live IndexFile whose UNIQ_KEY was found
+    repeated_name_records: int = 0  # sampled records whose properties hold a name twice (repeated_names)
     config_entries: frozenset[str] = frozenset()  # names in config/
     config_keys: frozenset[str] = frozenset()  # config_keys() of the CONFIG_JSON files in config/
 
 
 def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
     """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, properties ending in
-    0x02, and a ``__CRC32#`` piece as the last 20 bytes."""
+    0x02, a ``__CRC32#`` piece as the last 20 bytes, and a property name held twice."""
     record_start = b.props_start + b.props_len - b.total_size
     magic = b.buf[record_start[:, None] + np.arange(4, 8)].view(">i4").ravel()
     props_end = b.props_start + b.props_len
@@ -154,7 +155,19 @@ def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
         "props_records": counts.get("props_records", 0) + int(has_props.sum()),
         "props_ending_02": counts.get("props_ending_02", 0) + int((has_props & (b.buf[props_end - 1] == 2)).sum()),
         "crc_property_records": counts.get("crc_property_records", 0) + int(crc.sum()),
+        "repeated_name_records": counts.get("repeated_name_records", 0) + repeated_names(b),
     }
+
+
+def repeated_names(b: RecordBatch) -> int:
+    """Records whose properties hold a name twice. Up to 5.3.x ``MessageExtEncoder.encode(MessageExtBatch)``
+    appends the batch's own properties (WAIT, CLUSTER, ...) to every member's, which hold WAIT too; from 5.4.0 a
+    member keeps only its own, and single messages are written from a map (a name once)."""
+    n = 0
+    for start, size in zip(b.props_start[b.props_len > 0].tolist(), b.props_len[b.props_len > 0].tolist()):
+        names = [p.partition(b"\x01")[0] for p in b.buf[start : start + size].tobytes().split(b"\x02") if p]
+        n += len(names) != len(set(names))
+    return n
 
 
 #: config/ files whose key paths detection reads (ConfigManager.persist of TopicConfigManager,
@@ -253,6 +266,9 @@ def clues(f: StoreFacts) -> list[Clue]:
         out.append(Clue("properties end 0x02", f"all {props}", at_least=v52))
     elif f.props_records and f.props_ending_02 == 0:
         out.append(Clue("properties end 0x02", f"none of {props}", below=v52))
+    if f.repeated_name_records:
+        text = f"{f.repeated_name_records} sampled record(s) hold a property name twice (batch properties appended)"
+        out.append(Clue("repeated property", text, below=(5, 4, 0)))
     if f.crc_property_records:
         out.append(Clue("__CRC32#", f"{f.crc_property_records} sampled record(s) hold __CRC32#", at_least=v52))
     if f.tag_keys_checked:
