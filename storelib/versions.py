@@ -162,10 +162,12 @@ def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
 def repeated_names(b: RecordBatch) -> int:
     """Records whose properties hold a name twice. Up to 5.3.x ``MessageExtEncoder.encode(MessageExtBatch)``
     appends the batch's own properties (WAIT, CLUSTER, ...) to every member's, which hold WAIT too; from 5.4.0 a
-    member keeps only its own, and single messages are written from a map (a name once)."""
+    member keeps only its own, and single messages are written from a map (a name once). ``__CRC32#`` is left
+    out: the encoder appends it to what a client sent, which may hold one already."""
     n = 0
     for start, size in zip(b.props_start[b.props_len > 0].tolist(), b.props_len[b.props_len > 0].tolist()):
-        names = [p.partition(b"\x01")[0] for p in b.buf[start : start + size].tobytes().split(b"\x02") if p]
+        pairs = b.buf[start : start + size].tobytes().split(b"\x02")
+        names = [p.partition(b"\x01")[0] for p in pairs if p and not p.startswith(CRC32_NAME)]
         n += len(names) != len(set(names))
     return n
 

@@ -124,7 +124,9 @@ def test_repeated_property_names_are_before_5_4() -> None:
     member = msg("TopicPayments", {"KEYS": "PAY-1-0", "WAIT": "true", "TAGS": "pay"})
     batch_props = format_properties({"CLUSTER": "OracleCluster", "WAIT": "true"})
     appended = dataclasses.replace(member, properties=member.properties + "\x02" + batch_props)
-    counts = record_clues(batch_of([member, appended, msg("TopicLogs", {})]), {})
+    crc = "__CRC32#\x010123456789\x02"  # a client's piece, and the one the encoder appends: not counted
+    twice = dataclasses.replace(member, properties=member.properties + "\x02" + crc + crc)
+    counts = record_clues(batch_of([member, appended, msg("TopicLogs", {}), twice]), {})
     assert counts["repeated_name_records"] == 1
     assert releases(StoreFacts(repeated_name_records=1)).high == (5, 4, 0)
     assert releases(StoreFacts()).high is None
