@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import json
 import re
 
@@ -371,6 +370,52 @@ def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
     return out
 
 
+#: the source topics whose records a release's CommitLog append gives no INNER_MULTI_QUEUE_OFFSET, by first release
+#: (prefixes, exact names): 4.9.7 MultiDispatch.isMultiDispatchMsg and 5.0.0/5.1.0 ConsumeQueue.assignQueueOffset skip
+#: none; 5.1.1 and 5.1.3/5.1.4 assignQueueOffset call isNeedHandleMultiDispatch (5.1.2's store jar is not on Maven
+#: Central: its change is the dispatch rule's, 5.1.2 in the 5.x spec); 5.2.0 and 5.3.0 CommitLog.isMultiDispatchMsg
+#: skip %RETRY% only; 5.3.1 MultiDispatchUtils.isNeedHandleMultiDispatch; 5.3.2 … 5.4.0 MixAll.topicAllowsLMQ,
+#: which 5.5.0 extends by %DLQ%.
+LMQ_OFFSET_SKIPS: tuple[tuple[tuple[int, int, int], tuple[str, ...], tuple[str, ...]], ...] = (
+    ((4, 9, 0), (), ()),
+    ((5, 1, 1), ("%RETRY%",), ()),
+    ((5, 1, 2), ("%RETRY%",), (_TIMER, _SCHEDULE)),
+    ((5, 2, 0), ("%RETRY%",), ()),
+    ((5, 3, 1), ("%RETRY%", "rmq_sys_"), (_SCHEDULE,)),
+    ((5, 5, 0), ("%RETRY%", "%DLQ%", "rmq_sys_"), (_SCHEDULE,)),
+)
+
+
+def lmq_writers(found: Releases, inputs: RuleInputs) -> tuple[tuple[RuleSet, ...], str]:
+    """The rule sets of the releases in ``found`` whose appends give LMQ offsets to every source topic whose
+    records hold them in this store (a release that skips a source cannot have written its offsets), and why."""
+    sources = [t for t, _ in inputs.lmq_sources]
+    ends = [first for first, _, _ in LMQ_OFFSET_SKIPS[1:]] + [_END]
+    spans = [
+        (max(first, found.low), min(end, found.high or _END))
+        for (first, prefixes, names), end in zip(LMQ_OFFSET_SKIPS, ends)
+        if not any(t.startswith(prefixes) or t in names for t in sources)
+    ]
+    spans = _merged([(lo, hi) for lo, hi in spans if lo < hi])
+    writers = tuple(r for r in found.candidates if any(r in Releases(lo, hi).candidates for lo, hi in spans))
+    if len(writers) == len(found.candidates):
+        return writers, ""
+    skipped = [t for t in sources if any(t.startswith(p) or t in n for _, p, n in LMQ_OFFSET_SKIPS)]
+    ranges = ", ".join(f"{version_text(lo)} up to {version_text(hi)}" for lo, hi in spans) or "no release"
+    return writers, f"LMQ offsets on records of {', '.join(skipped)}: appended by {ranges} only"
+
+
+def _merged(spans: list[tuple[tuple[int, int, int], tuple[int, int, int]]]) -> list[tuple[tuple, tuple]]:
+    """Release ranges in order, those that touch joined into one."""
+    out: list[tuple[tuple, tuple]] = []
+    for lo, hi in spans:
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class BrokerRules:
     """The rules a run uses, and why: given (``--broker-version``) or detected from the store's clues.
@@ -392,22 +437,25 @@ class BrokerRules:
         return self.releases.candidates if self.releases else (self.rules,)
 
     def settle(self, inputs: RuleInputs) -> BrokerRules:
-        """These rules, once shown to write the same files as every other rule set the clues allow; else
-        AmbiguousRelease, naming what differs and the releases to choose from."""
+        """These rules, once shown to write the same files as every rule set that could have written the store
+        (the clues' range, less the releases whose appends give no LMQ offsets to the store's multi-dispatched
+        source topics); else AmbiguousRelease, naming what differs and the releases to choose from."""
         if self.settled:
             return self
-        cands = self.candidates
-        diffs = [d for a, b in itertools.pairwise(cands) for d in differences(a, b, inputs)]
-        choices = [version_text(r.first) or "" for r in cands]
+        assert self.releases is not None
+        writers, because = lmq_writers(self.releases, inputs)
+        if not writers:
+            raise ConfigError(f"the store's records contradict its clues ({self.why}; {because}): give the release")
+        diffs = list(dict.fromkeys(d for r in writers for d in differences(self.rules, r, inputs)))
         if diffs:
-            assert self.releases is not None
             raise AmbiguousRelease(
                 f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
-                f"({self.why}), and those releases write different files for this store: {'; '.join(diffs)}. "
-                "Nothing was written: give the release with --broker-version",
-                choices,
+                f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
+                f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
+                [version_text(r.first) or "" for r in writers],
             )
-        why = f"{self.why}; rule sets {', '.join(r.name for r in cands)} write the same files for this store"
+        why = self.why + (f"; {because}" if because else "")
+        why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
         return dataclasses.replace(self, settled=True, why=why)
 
     @property

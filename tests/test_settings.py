@@ -112,3 +112,13 @@ def test_recover_writes_the_given_release_s_index(store: Path, tmp_path: Path) -
     assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0", "--backup-dir", str(tmp_path / "b")]) == 0
     written = index_bytes(lost)
     assert written and written != index_bytes(store / "store")
+
+
+def test_generate_writes_4_9_stores_only_and_the_given_settings(store: Path, tmp_path: Path, capsys) -> None:
+    base = ["generate", "--messages", "50", "--seed", "1"]
+    assert rmqstore_main([*base, "--out", str(tmp_path / "a"), "--broker-version", "5.5.0"]) == 2
+    assert "writes 4.9.x stores" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    assert rmqstore_main([*base, "--out", str(tmp_path / "b"), "--broker-version", "4.9.8"]) == 0
+    conf = ["--broker-config", str(store / "other.conf")]
+    assert rmqstore_main([*base, "--out", str(tmp_path / "c"), *conf]) == 0
+    assert {p.stat().st_size for p in (tmp_path / "c" / "consumequeue").glob("*/*/0*")} == {800}

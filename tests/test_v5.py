@@ -28,7 +28,19 @@ from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.indexfile import IndexFileSeries, IndexHeader
 from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
-from storelib.versions import RULE_SETS, RuleInputs, StoreFacts, differences, releases, rules_for, select
+from storelib.versions import (
+    RULE_SETS,
+    Releases,
+    RuleInputs,
+    StoreFacts,
+    differences,
+    lmq_writers,
+    releases,
+    rules_for,
+    select,
+)
+from tests.broker.harness import SEED, SEEDS
+from tests.reference import walk_commitlog
 
 FIXTURE_NAME = "rocketmq-5.5.0-sample"
 
@@ -359,15 +371,15 @@ def test_batch_queue_damage_is_named(bcq_queue) -> None:
 BYTE_EXACT = [("4.9.7", "default"), ("5.3.3", "default"), ("5.5.0", "default"), ("5.5.0", "crc")]
 
 
-def harness_store(version: str, variant: str) -> Path:
-    """The real broker's store of that version and variant (tests/broker/: built now, or taken from its cache);
-    skipped, saying why, where java, javac or mvn are missing."""
+def harness_store(version: str, variant: str, seed: int = SEED) -> Path:
+    """The real broker's store of that version, variant and workload seed (tests/broker/: built now, or taken
+    from its cache); skipped, saying why, where java, javac or mvn are missing."""
     from tests.broker.harness import build_store, java_available
 
     reason = java_available()
     if reason:
         pytest.skip(f"real RocketMQ broker stores need java, javac and mvn ({reason})")
-    return build_store(version, variant).dir
+    return build_store(version, variant, seed).dir
 
 
 def harness_config(store: Path, version: str) -> BrokerConfig:
@@ -415,6 +427,21 @@ def test_rocksdb_unit_keys_read_back() -> None:
         parse_unit_key(key[:-1])
 
 
+def reference_unit_count(commitlog: Path) -> int:
+    """ConsumeQueue units a 5.5.0 RocksDB store holds, counted by the plain-Python reference walk: one per
+    dispatched record (not PREPARED, not ROLLBACK), and one per LMQ name of a record that holds both LMQ
+    properties and whose topic MixAll.topicAllowsLMQ (not %RETRY%, %DLQ%, rmq_sys_*, SCHEDULE_TOPIC_XXXX)."""
+    blocked = ("%RETRY%", "%DLQ%", "rmq_sys_")
+    n = 0
+    for r in walk_commitlog(commitlog):
+        if r.sys_flag & 0xC not in (0, 0x8):
+            continue
+        names, offsets = r.properties.get("INNER_MULTI_DISPATCH"), r.properties.get("INNER_MULTI_QUEUE_OFFSET")
+        lmq = names and offsets and not r.topic.startswith(blocked) and r.topic != "SCHEDULE_TOPIC_XXXX"
+        n += 1 + (len(names.split(",")) if lmq else 0)
+    return n
+
+
 @pytest.mark.broker
 def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
     """Every unit of the real 5.5.0 broker's RocksDB ConsumeQueue, laid out as files, equals the rebuilt files."""
@@ -430,7 +457,7 @@ def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
         for (t, q), u in units.items()
         for name, data in as_queue_files(u, cfg.cq_file_size)
     }
-    assert sum(len(u) for u in units.values()) == 1711
+    assert sum(len(u) for u in units.values()) == reference_unit_count(root / "commitlog")
     assert sorted(as_files) == sorted(rebuilt.files)
     assert [p for p in as_files if as_files[p] != rebuilt.files[p]] == []
     assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
@@ -440,12 +467,52 @@ def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
 
 
 @pytest.mark.broker
-def test_5_5_checkpoint_offsets_are_read_and_kept() -> None:
-    """5.5.0 flushes logicsPhysicalOffset at byte 40 (FACTS.md); a rebuilt checkpoint keeps the live offsets."""
-    page = (harness_store("5.5.0", "default") / "store" / "checkpoint").read_bytes()
+@pytest.mark.parametrize("seed", SEEDS)
+def test_5_5_checkpoint_offsets_are_read_and_kept(seed: int) -> None:
+    """5.5.0 flushes logicsPhysicalOffset at byte 40 only at a thorough ConsumeQueue flush (FACTS.md): zero or a
+    record boundary of the commitlog; a rebuilt checkpoint keeps the live 5.x offsets whatever they are."""
+    store = harness_store("5.5.0", "default", seed)
+    page = (store / "store" / "checkpoint").read_bytes()
     live = Checkpoint.unpack(page)
-    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big") > 0
+    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big")
+    ends = {r.offset + r.total_size for r in walk_commitlog(store / "store" / "commitlog")}
+    assert live.logics_physical_offset == 0 or live.logics_physical_offset in ends
     rebuilt = Checkpoint(1, 2, 3).with_5x_fields_of(live)
     assert rebuilt.pack()[:24] == Checkpoint(1, 2, 3).pack()[:24]
     assert rebuilt.pack()[24:48] == page[24:48]
     assert Checkpoint(1, 2, 3).with_5x_fields_of(None) == Checkpoint(1, 2, 3)
+
+
+def test_5_5_checkpoint_offsets_are_read_from_bytes_24_to_47() -> None:
+    page = b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4, 5, 1_040_318)).ljust(4096, b"\0")
+    live = Checkpoint.unpack(page)
+    assert (live.master_flushed_offset, live.confirm_phy_offset, live.logics_physical_offset) == (4, 5, 1_040_318)
+
+
+@pytest.mark.parametrize(
+    ("source", "releases", "writers"),
+    [
+        ("SCHEDULE_TOPIC_XXXX", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0", "5.1.1"]),
+        ("SCHEDULE_TOPIC_XXXX", ((5, 2, 0), None), ["5.2"]),  # 5.2.0 … 5.3.0 append them; 5.5.0 does not
+        ("rmq_sys_wheel_timer", ((5, 5, 0), None), []),
+        ("%RETRY%g", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0"]),
+        ("TopicOrders", ((4, 9, 0), None), ["4.9", "5.0", "5.1.1", "5.1.2", "5.2", "5.5"]),
+    ],
+)
+def test_only_releases_that_append_lmq_offsets_for_a_source_wrote_them(source, releases, writers) -> None:
+    found = Releases(*releases)
+    got, why = lmq_writers(found, RuleInputs(lmq_sources=((source, 3),)))
+    assert [r.name for r in got] == writers
+    assert bool(why) == (len(writers) < len(found.candidates))
+
+
+def test_a_4_9_store_with_lmq_copies_of_delayed_messages_settles_on_the_rules_that_wrote_them() -> None:
+    """The 4.9.7 harness store's shape: properties not ending with 0x02 and LMQ offsets on SCHEDULE_TOPIC_XXXX
+    records: 5.1.2 … 5.1.x would not have appended them, and 4.9 … 5.1.1 dispatch these records alike."""
+    rules = select("", StoreFacts(props_records=5))
+    inputs = RuleInputs(tagged_index_records=9, lmq_sources=(("SCHEDULE_TOPIC_XXXX", 3), ("TopicOrders", 90)))
+    settled = rules.settle(inputs)
+    assert (settled.rules.name, settled.settled) == ("4.9", True)
+    assert "appended by 4.9.0 up to 5.1.2" in settled.why
+    with pytest.raises(ConfigError, match="contradict"):
+        select("", StoreFacts(props_records=5, props_ending_02=5)).settle(RuleInputs(lmq_sources=(("%RETRY%g", 1),)))
