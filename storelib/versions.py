@@ -452,7 +452,7 @@ class BrokerRules:
                 f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
                 f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
                 f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
-                [version_text(r.first) or "" for r in writers],
+                [version_text(max(r.first, self.releases.low)) or "" for r in writers],
             )
         why = self.why + (f"; {because}" if because else "")
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"

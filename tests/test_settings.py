@@ -84,8 +84,8 @@ def test_audit_judges_by_the_given_release(store: Path, tmp_path: Path, capsys) 
 
 
 def test_recover_never_guesses_the_release_and_honours_the_one_given(v5_fixture: Path, tmp_path: Path, capsys) -> None:
-    """The real 5.5.0 broker's store with index/ lost: its clues allow 5.2.0 or later, and 5.5.0 indexes its tagged
-    messages by topic#T#<TAGS> where 5.2 does not: recover refuses and names the release to give."""
+    """The real 5.5.0 broker's sample store with index/ lost: its clues allow 5.4.0 or later, and 5.5.0 indexes its
+    tagged messages by topic#T#<TAGS> where 5.4 does not: recover refuses and names the release to give."""
     lost = tmp_path / "store"
     shutil.copytree(v5_fixture / "clean", lost)
     shutil.rmtree(lost / "index")
@@ -95,7 +95,7 @@ def test_recover_never_guesses_the_release_and_honours_the_one_given(v5_fixture:
     assert rmqstore_main(["recover", *conf]) == 2
     err = capsys.readouterr().err
     assert "cannot tell which broker release wrote it" in err and "topic#T#<TAGS>" in err
-    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.2.0" in err
+    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.4.0" in err
     assert f"rmqstore recover {' '.join(conf)} --broker-version 5.5.0" in err
     assert tree_digest(lost) == before and not (tmp_path / "backup").exists()
     assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0"]) == 0
