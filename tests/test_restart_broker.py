@@ -102,7 +102,7 @@ def test_the_audit_predicts_the_broker_start_on_a_torn_tail(spark, tmp_path: Pat
     root = torn_copy(version, tmp_path / "store", crash)
     expected = broker_start(restarted(version, root, read_properties(conf)), segment_size(conf))
     assert expected.crash == crash
-    assert predicted(spark, root, conf, version, tmp_path) == expected
+    assert predicted(spark, root, conf, version, tmp_path / "work") == expected
 
 
 def segment_size(conf: Path) -> int:
