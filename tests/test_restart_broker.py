@@ -13,6 +13,8 @@ import pytest
 
 from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
+from jobs.pipeline.rebuild import rebuild
+from jobs.pipeline.recover import recover
 from storelib.config import load_broker_config
 from tests.broker.harness import build_store, java_available, read_properties, restarted
 from tests.reference import walk_commitlog
@@ -103,6 +105,20 @@ def test_the_audit_predicts_the_broker_start_on_a_torn_tail(spark, tmp_path: Pat
     expected = broker_start(restarted(version, root, read_properties(conf)), segment_size(conf))
     assert expected.crash == crash
     assert predicted(spark, root, conf, version, tmp_path / "work") == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_audit_predicts_the_broker_start_after_recover(spark, tmp_path: Path, version: str) -> None:
+    """A kill9 store after ``recover --apply``: its new checkpoint moves crash recovery's start."""
+    store = build_store(version, "kill9")
+    root = shutil.copytree(store.root, tmp_path / "store", ignore=shutil.ignore_patterns("lock"))
+    run = Run(spark, dataclasses.replace(load_broker_config(store.broker_conf), brokerVersion=version))
+    rebuild(run, str(root), str(tmp_path / "rebuilt"))
+    assert recover(run, str(root), str(tmp_path / "rebuilt"), True, backup_dir=tmp_path / "backup") in (0, 1)
+    expected = broker_start(
+        restarted(version, root, read_properties(store.broker_conf)), run.cfg.mappedFileSizeCommitLog
+    )
+    assert predicted(spark, root, store.broker_conf, version, tmp_path / "work") == expected
 
 
 def segment_size(conf: Path) -> int:
