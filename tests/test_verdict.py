@@ -34,7 +34,7 @@ def crashed() -> dict[str, Any]:
     """The saved crashed/ report without the verdict the audit computed (the tests compute it)."""
     report = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
     report.pop("verdict")
-    return with_plan(report)
+    return report
 
 
 def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exit_code: int = 1) -> dict[str, Any]:
