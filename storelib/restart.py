@@ -53,6 +53,15 @@ RECOVERY_RULES = (
 )
 
 
+def releases_by_rules(low: tuple[int, int, int], high: tuple[int, int, int] | None) -> list[str]:
+    """The lowest release of each RECOVERY_RULES row that meets the releases ``low`` up to ``high`` (None: 6.0)."""
+    ends = [r.first for r in RECOVERY_RULES[1:]] + [(6, 0, 0)]
+    top = high or (6, 0, 0)
+    return [
+        ".".join(map(str, max(r.first, low))) for r, end in zip(RECOVERY_RULES, ends) if r.first < top and end > low
+    ]
+
+
 @dataclasses.dataclass(frozen=True)
 class SegmentFacts:
     """What the audit needs of a segment (from rebuild.json and the parsed records)."""

@@ -132,6 +132,10 @@ def _recovery_words(report: Mapping[str, Any]) -> str:
     r = report["run"].get("restart")
     if not r:
         return ""
+    by_release = report["run"].get("restart_by_release") or {}
+    if by_release:
+        each = "; ".join(f"{v}: offset {x['start_offset']:,}" for v, x in by_release.items())
+        return f"; where its recovery starts depends on the release ({each}): give --broker-version to know"
     again = (
         f" and dispatches {r['dispatch_from']:,} to {r['truncate_at']:,} again"
         if r["dispatch_from"] < r["truncate_at"]

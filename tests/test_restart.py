@@ -147,3 +147,12 @@ def test_crash_recovery_deletes_index_files_ending_after_index_msg_timestamp() -
     assert not index_deleted(True, T0, cp)
     assert not index_deleted(False, T0 + 1, cp)
     assert index_deleted(True, 1, None)  # a missing checkpoint reads as zeros
+
+
+def test_the_recovery_rows_a_release_range_meets() -> None:
+    from storelib.restart import releases_by_rules
+
+    assert releases_by_rules((5, 2, 0), (5, 4, 0)) == ["5.2.0", "5.3.2"]  # a 5.3.3 store's clues after a disaster
+    assert releases_by_rules((5, 5, 0), None) == ["5.5.0"]
+    assert releases_by_rules((4, 9, 0), (5, 0, 0)) == ["4.9.0"]
+    assert releases_by_rules((4, 9, 0), None) == ["4.9.0", "5.0.0", "5.3.2", "5.5.0"]

@@ -36,7 +36,7 @@ from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, Da
 from storelib.findings import Finding, is_divergence
 from storelib.plan import recover_plan
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
-from storelib.restart import Restart, SegmentFacts
+from storelib.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
 from storelib.versions import BrokerRules
@@ -80,6 +80,8 @@ class Audit:
     checkpoint: Checkpoint | None = None  # the live one
     abort: bool = False
     restart: Restart | None = None  # what the broker's next start does (storelib.restart)
+    #: detected releases that recover differently: release -> its next start (report.json run.restart_by_release)
+    restart_by_release: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def cfg(self) -> Any:
@@ -203,6 +205,7 @@ def _audit_commitlog(a: Audit, summaries: dict[str, Any], cq_max_physic_offset: 
     a.abort = live["abort"]
     cl_max = commitlog["max_offset"]
     a.restart = restart_of(a.facts, a.findings, a.checkpoint, a.abort, a.cfg, cl_max, cq_max_physic_offset)
+    a.restart_by_release = _restarts_if_they_differ(a, cl_max, cq_max_physic_offset)
     a.findings += check_commitlog(
         a.facts,
         a.findings,
@@ -214,6 +217,20 @@ def _audit_commitlog(a: Audit, summaries: dict[str, Any], cq_max_physic_offset: 
         max((s.last_cq_store_timestamp for s in summaries.values()), default=0),
         cq_max_physic_offset,
     )
+
+
+def _restarts_if_they_differ(a: Audit, cl_max: int, cq_max_physic_offset: int) -> dict[str, dict[str, Any]]:
+    """Where detected releases recover differently (storelib.restart's rows), the next start by each of them (its
+    lowest release the clues allow -> Restart); empty when the release is given or they all agree."""
+    rules = a.run.broker_rules.get(a.store)
+    if rules is None or rules.releases is None:
+        return {}
+    found = {}
+    for v in releases_by_rules(rules.releases.low, rules.releases.high):
+        cfg = dataclasses.replace(a.cfg, brokerVersion=v)
+        found[v] = restart_of(a.facts, a.findings, a.checkpoint, a.abort, cfg, cl_max, cq_max_physic_offset)
+    starts = {(r.start_offset, r.truncate_at, r.dispatch_from) for r in found.values() if r is not None}
+    return {v: r.to_dict() for v, r in found.items() if r is not None} if len(starts) > 1 else {}
 
 
 def _finish(
@@ -233,6 +250,7 @@ def _finish(
             "seconds": round(time.monotonic() - a.t0, 3),
             "segments": [dataclasses.asdict(s) for s in a.facts],
             "restart": a.restart.to_dict() if a.restart else None,
+            "restart_by_release": a.restart_by_release,
             "scope": a.scope.to_dict(),
             "broker_rules": a.rebuild_report.get("broker_rules"),
             **_provenance(a),
