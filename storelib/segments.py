@@ -18,17 +18,20 @@ import json
 from collections.abc import Iterable, Mapping
 
 from storelib.commitlog import (
+    COMMITLOG_FRAMING,
     DAMAGE_CRC,
     DAMAGE_LENGTH,
+    DLEDGER_FRAMING,
     END_BLANK,
     END_EOF,
     END_TORN,
     END_UNREADABLE,
     END_ZERO_TAIL,
+    Framing,
 )
 from storelib.config import BrokerConfig
 from storelib.findings import Finding, finding
-from storelib.layout import commitlog_file, offset_file_name, offset_layout_problems, parse_offset_name
+from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 
 #: damage to one record: reported, never a reason to stop or skip a segment
 RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
@@ -36,12 +39,24 @@ RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
-    """One commitlog segment file: where to read it, its name, start offset and size."""
+    """One commitlog segment file (or DLedger data file): where to read it, its name, start offset, size, and the
+    store-relative directory holding it."""
 
     uri: str
     name: str
     start: int
     size: int
+    dir: str = COMMITLOG
+
+    @property
+    def rel(self) -> str:
+        """The file, relative to the store root."""
+        return f"{self.dir}/{self.name}"
+
+    @property
+    def framing(self) -> Framing:
+        """Records one after the other, or each inside a DLedger entry."""
+        return DLEDGER_FRAMING if is_dledger_data(self.dir) else COMMITLOG_FRAMING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +108,12 @@ class SegmentSummary:
 
 @dataclasses.dataclass(frozen=True)
 class ListedFile:
-    """A file found in ``commitlog/``: name, size and where to read it."""
+    """A file found in ``commitlog/`` (or a DLedger data directory, ``dir``): name, size and where to read it."""
 
     name: str
     size: int
     uri: str
+    dir: str = COMMITLOG
 
 
 def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list[Segment], list[Finding]]:
@@ -107,9 +123,9 @@ def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list
     for f in listed:
         start = parse_offset_name(f.name)
         if start is None:
-            findings.append(finding("stray-file", commitlog_file(f.name), "not a commitlog segment name; ignored"))
+            findings.append(finding("stray-file", f"{f.dir}/{f.name}", "not a commitlog segment name; ignored"))
         else:
-            segments.append(Segment(f.uri, f.name, start, f.size))
+            segments.append(Segment(f.uri, f.name, start, f.size, f.dir))
     segments.sort(key=lambda s: s.start)
     findings += _layout_findings(segments, cfg.mappedFileSizeCommitLog)
     return segments, findings
@@ -117,8 +133,9 @@ def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list
 
 def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
     out = []
+    rels = {s.start: s.rel for s in segments}
     for kind, start, expected in offset_layout_problems([s.start for s in segments], seg_size):
-        rel = commitlog_file(offset_file_name(start))
+        rel = rels[start]
         if kind == "misaligned":
             message = f"start offset is not a multiple of mappedFileSizeCommitLog {seg_size}"
             out.append(finding("segment-misaligned", rel, message, commitlog_offset=start))
@@ -133,7 +150,7 @@ def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
             out.append(
                 finding(
                     "segment-size",
-                    commitlog_file(s.name),
+                    s.rel,
                     f"segment is {s.size} bytes, mappedFileSizeCommitLog is {seg_size}",
                     commitlog_offset=s.start,
                     expected=str(seg_size),
@@ -172,7 +189,7 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     last = with_messages[-1] if with_messages else -1
     for i, seg in enumerate(segments):
         s = summaries[seg.name]
-        rel = commitlog_file(seg.name)
+        rel = seg.rel
         where = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
         if s.end_reason == END_UNREADABLE:
             findings.append(finding("unreadable-file", rel, s.detail, commitlog_offset=seg.start))
@@ -198,7 +215,7 @@ def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSumm
             out.append(
                 finding(
                     d.kind,
-                    commitlog_file(seg.name),
+                    seg.rel,
                     f"{d.detail} ({what})",
                     commitlog_offset=d.commitlog_offset,
                     file_offset=d.commitlog_offset - seg.start,

@@ -219,7 +219,9 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
     with sfs.open_output_stream(entries_path + ".tmp") as index_out:
         try:
             with fs.open_input_stream(path) as stream:
-                scanner = SegmentScanner(stream, seg.name, seg.start, seg.size, check_crc=cfg.checkCRCOnRecover)
+                scanner = SegmentScanner(
+                    stream, seg.name, seg.start, seg.size, check_crc=cfg.checkCRCOnRecover, framing=seg.framing
+                )
                 for b in scanner:
                     d = dispatch_batch(b, cfg)
                     yield cq_runs(seg.name, b, d) if mode == "dispatch" else message_rows(seg.name, b, d)
