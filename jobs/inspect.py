@@ -70,7 +70,7 @@ def format_report(r: StoreReport) -> str:
         f"mappedFileSizeConsumeQueue={cfg['mappedFileSizeConsumeQueue']} maxHashSlotNum={cfg['maxHashSlotNum']} "
         f"maxIndexNum={cfg['maxIndexNum']}",
         "",
-        "COMMITLOG",
+        "COMMITLOG (" + ", ".join(sorted({f"{s.dir}/" for s in r.segments})) + ")",
     ]
     out += _table(
         ["segment", "start", "valid end", "records", "end", "first store time", "last store time", "damage"],

@@ -24,6 +24,7 @@ from storelib.commitlog import (
 )
 from storelib.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
+from storelib.inspect import inspect_store
 from tests.builders import scan
 from tests.test_rebuild_v5 import assert_same_index
 from tests.test_v5 import harness_store
@@ -90,11 +91,24 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     run, out = Run(spark, cfg), tmp_path / "out"
     result = rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
-    committed = int(
-        dict(line.split("=") for line in (store / "store/dledger-n0/checkpoint").read_text().split())["committedIndex"]
-    )
-    assert result.report["commitlog"]["messages"] == committed + 1
+    assert result.report["commitlog"]["messages"] == committed_index(store / "store") + 1
     assert result.report["findings"] == []
     assert json.loads((out / "rebuild.json").read_text())["broker_config"]["enableDLegerCommitLog"] is True
     checked = audit(run, str(store / "store"), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)
+
+
+def committed_index(store: Path) -> int:
+    """dledger-n0/checkpoint's committedIndex (key=value lines, DLedgerMmapFileStore.persistCheckPoint)."""
+    text = (store / "dledger-n0" / "checkpoint").read_text()
+    return int(dict(line.split("=", 1) for line in text.split())["committedIndex"])
+
+
+@pytest.mark.broker
+def test_inspect_reads_a_dledger_store() -> None:
+    store = harness_store("5.5.0", "dledger")
+    report = inspect_store(store / "store", load_broker_config(store / "broker.conf"))
+    data = sorted(p.name for p in (store / "store" / "dledger-n0" / "data").iterdir())
+    assert [(s.dir, s.name) for s in report.segments] == [("dledger-n0/data", name) for name in data]
+    assert report.messages == committed_index(store / "store") + 1
+    assert report.all_problems() == []
