@@ -38,6 +38,7 @@ from storelib.constants import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
 )
+from storelib.dledger import entry_units
 from storelib.errors import StoreFormatError
 
 # Offsets of the fixed fields, valid up to BORNHOST.
@@ -338,6 +339,8 @@ class RecordBatch:
     topic_start: np.ndarray  # int64 positions in buf
     props_start: np.ndarray
     props_len: np.ndarray
+    #: DLedger framing: each record's entry header as the index unit it should have (storelib.dledger.UNIT_DTYPE)
+    entries: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.physical_offset)
@@ -589,6 +592,7 @@ class SegmentScanner:
             topic_start=f["topic_start"],
             props_start=f["props_start"],
             props_len=f["props_len"],
+            entries=entry_units(a, p - self.framing.header) if self.framing.header else None,
         )
 
 

@@ -468,7 +468,7 @@ else:
         """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
         a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
-        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1)
+        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0)
         decode(a, z, True)
         intern_runs(a, z, z)
         find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))

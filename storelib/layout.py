@@ -100,6 +100,12 @@ def segment_dirs(root_entries: list[str]) -> list[str]:
     return [COMMITLOG, *dledger] if COMMITLOG in root_entries or not dledger else dledger
 
 
+def dledger_file(data_dir: str, *names: str) -> str:
+    """A file of the DLedger node whose data directory is ``data_dir``: ``dledger_file(d, "index", name)``,
+    ``dledger_file(d, "checkpoint")``."""
+    return "/".join((posixpath.dirname(data_dir), *names))
+
+
 def is_dledger_data(directory: str) -> bool:
     """Whether segments in ``directory`` (store-relative) are DLedger data files."""
     return directory != COMMITLOG

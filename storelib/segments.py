@@ -14,6 +14,7 @@ stops or skips a segment.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 
@@ -30,11 +31,14 @@ from storelib.commitlog import (
     Framing,
 )
 from storelib.config import BrokerConfig
+from storelib.dledger import ENTRY_DAMAGE, ENTRY_INDEX, ENTRY_TERM
 from storelib.findings import Finding, finding
 from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 
 #: damage to one record: reported, never a reason to stop or skip a segment
-RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
+RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level", *ENTRY_DAMAGE)
+#: damage of a record that still frames and is dispatched
+KEPT_DAMAGE = (DAMAGE_CRC, "crc-property-mismatch", *ENTRY_DAMAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +90,11 @@ class SegmentSummary:
     worker_peak_rss: int  # bytes, the parsing Python worker's peak
     fingerprint: str  # of the records read: rebuilt-stale when a later parse of the segment differs
     damage: tuple[Damage, ...] = ()
+    # DLedger data files: index and term of the first and last entry (-1: none)
+    first_entry_index: int = -1
+    first_entry_term: int = -1
+    last_entry_index: int = -1
+    last_entry_term: int = -1
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -165,8 +174,8 @@ def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSum
 
     The log's last written segment whose last record is a length mismatch, with no record after it and zeros after
     it, holds the first bytes of a record (TOTALSIZE and a few fields) written before the crash, followed by the
-    preallocated file's zeros. Its records end there (``torn``), and that record is not a damaged one; the broker's
-    recovery truncates the log at the same place.
+    preallocated file's zeros. Its records end there (``torn``; in a DLedger data file, at the entry holding it), and
+    that record is not a damaged one; the broker's recovery truncates the log at the same place.
     """
     out = dict(summaries)
     written = [seg for seg in segments if summaries[seg.name].messages or summaries[seg.name].damage]
@@ -176,9 +185,8 @@ def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSum
         return out
     if s.last_message_offset < last.commitlog_offset:
         detail = f"the first bytes of a record, then zeros ({last.detail})"
-        out[s.segment] = dataclasses.replace(
-            s, end_reason=END_TORN, end_offset=last.commitlog_offset, detail=detail, damage=s.damage[:-1]
-        )
+        at = last.commitlog_offset - written[-1].framing.header  # a DLedger entry starts before its record
+        out[s.segment] = dataclasses.replace(s, end_reason=END_TORN, end_offset=at, detail=detail, damage=s.damage[:-1])
     return out
 
 
@@ -206,11 +214,12 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
 
 
 def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
-    """One finding per damaged record: a CRC mismatch is kept (it frames correctly), the others are not."""
+    """One finding per damaged record: a CRC mismatch (or a DLedger entry header out of line) is kept, it frames
+    correctly; the others are not. Then the DLedger entries that do not follow the previous segment's last."""
     out = []
     for seg in segments:
         for d in summaries[seg.name].damage:
-            kept = d.kind in (DAMAGE_CRC, "crc-property-mismatch")
+            kept = d.kind in KEPT_DAMAGE
             what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
             out.append(
                 finding(
@@ -221,6 +230,22 @@ def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSumm
                     file_offset=d.commitlog_offset - seg.start,
                 )
             )
+    return out + entry_chain_findings(segments, summaries)
+
+
+def entry_chain_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
+    """A DLedger data file whose first entry's index is not the previous file's last + 1, or whose term is below
+    it: recovery stops there (``storelib.dledger``)."""
+    out = []
+    with_entries = [(seg, summaries[seg.name]) for seg in segments if summaries[seg.name].first_entry_index >= 0]
+    for (_, prev), (seg, s) in itertools.pairwise(with_entries):
+        where = {"commitlog_offset": seg.start, "file_offset": 0}
+        if s.first_entry_index != prev.last_entry_index + 1:
+            message = f"entry index {s.first_entry_index} after {prev.last_entry_index} (end of {prev.segment})"
+            out.append(finding(ENTRY_INDEX, seg.rel, message, **where))
+        if s.first_entry_term < prev.last_entry_term:
+            message = f"term {s.first_entry_term} after term {prev.last_entry_term} (end of {prev.segment})"
+            out.append(finding(ENTRY_TERM, seg.rel, message, **where))
     return out
 
 

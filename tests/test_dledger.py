@@ -26,7 +26,8 @@ from storelib.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
 from storelib.inspect import inspect_store
 from tests.builders import scan
-from tests.test_rebuild_v5 import assert_same_index
+from tests.storecopy import copy_store
+from tests.test_rebuild_v5 import assert_same_index, tree
 from tests.test_v5 import harness_store
 
 DLEDGER_VERSIONS = ["5.5.0", "4.9.7"]
@@ -91,6 +92,7 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     run, out = Run(spark, cfg), tmp_path / "out"
     result = rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
+    assert tree(out, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
     assert result.report["commitlog"]["messages"] == committed_index(store / "store") + 1
     assert result.report["findings"] == []
     assert json.loads((out / "rebuild.json").read_text())["broker_config"]["enableDLegerCommitLog"] is True
@@ -112,3 +114,60 @@ def test_inspect_reads_a_dledger_store() -> None:
     assert [(s.dir, s.name) for s in report.segments] == [("dledger-n0/data", name) for name in data]
     assert report.messages == committed_index(store / "store") + 1
     assert report.all_problems() == []
+
+
+def walk_entries(data_file: Path) -> list[tuple[int, int, int]]:
+    """(file position, size, index) of each DLedger entry of a data file: magic 1, size, index (plain struct)."""
+    data, pos, out = data_file.read_bytes(), 0, []
+    while pos + 16 <= len(data) and struct.unpack_from(">i", data, pos)[0] == 1:
+        size, index = struct.unpack_from(">iq", data, pos + 4)
+        out.append((pos, size, index))
+        pos += size
+    return out
+
+
+def damage(store: Path, case: str) -> tuple[str, str, int | None]:
+    """Damage a copy of a DLedger store; the finding the audit must give: (kind, file, file offset or None)."""
+    node = store / "dledger-n0"
+    files = sorted((node / "data").iterdir())
+    if case == "torn-entry":  # the last entry's record cut short: its first 60 bytes, then zeros
+        pos, size, _ = walk_entries(files[-1])[-1]
+        with open(files[-1], "r+b") as f:
+            f.seek(pos + DLEDGER_ENTRY_HEADER + 60)
+            f.write(bytes(size - DLEDGER_ENTRY_HEADER - 60))
+        return "commitlog-torn-tail", f"dledger-n0/data/{files[-1].name}", pos
+    if case == "index-unit":  # one unit's pos field off by 8
+        unit = len(walk_entries(files[0])) + 3
+        with open(node / "index" / "00000000000000000000", "r+b") as f:
+            f.seek(unit * 32 + 4)
+            pos = struct.unpack(">q", f.read(8))[0]
+            f.seek(unit * 32 + 4)
+            f.write(struct.pack(">q", pos + 8))
+        return "dledger-index-wrong", "dledger-n0/index/00000000000000000000", unit * 32
+    if case == "checkpoint-ahead":
+        last = committed_index(store)
+        (node / "checkpoint").write_text(f"committedIndex={last + 5}\nendIndex={last + 5}\n")
+        return "dledger-checkpoint-ahead", "dledger-n0/checkpoint", None
+    if case == "term-backwards":  # entry k of the second file says term 1: entry k + 1 (term 0) goes back
+        pos = walk_entries(files[1])[4][0]
+        with open(files[1], "r+b") as f:
+            f.seek(pos + 16)
+            f.write(struct.pack(">q", 1))
+        return "dledger-entry-term", f"dledger-n0/data/{files[1].name}", walk_entries(files[1])[5][0]
+    files[2].unlink()  # a data file missing
+    return "dledger-entry-index", f"dledger-n0/data/{files[3].name}", 0
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("case", ["torn-entry", "index-unit", "checkpoint-ahead", "term-backwards", "missing-file"])
+def test_the_audit_names_damage_only_a_dledger_store_has(spark, tmp_path: Path, case: str) -> None:
+    """A copy of the healthy DLedger store, damaged one way: the audit names it (kind, file, offset), exit 1."""
+    store = harness_store("5.5.0", "dledger")
+    copy = copy_store(store / "store", tmp_path / "store", without=("lock",))
+    kind, file, file_offset = damage(copy, case)
+    result = audit(Run(spark, load_broker_config(store / "broker.conf")), str(copy), None, None)
+    named = [(f.file, f.file_offset) for f in result.findings if f.kind == kind]
+    assert (file, file_offset) in named if file_offset is not None else [n[0] for n in named] == [file]
+    assert result.exit_code == 1
+    if case == "index-unit":
+        assert [r["file"] for r in result.repairs] == [file]

@@ -26,6 +26,7 @@ from typing import Any
 from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.context import Run
+from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, store_rules
@@ -139,6 +140,7 @@ def _audit(
         a.findings.append(stale)
         return _finish(a, {}, [], [], EXIT_CANNOT)
     _audit_commitlog(a, summaries)
+    audit_dledger(a)
     with Progress(a.run, len(a.rebuild_report["consume_queues"]), 0, "queues"):
         queue_rows = audit_queues(a)
     with Progress(a.run, len(a.rebuild_report["index_files"]), 0, "index files"):

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
+from jobs.pipeline.dledger import write_index as write_dledger_index
 from jobs.pipeline.listing import check_outside_store, segment_files
 from jobs.pipeline.progress import Progress
 from storelib.batchcq import BATCH_CONSUMEQUEUE
@@ -392,6 +393,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
                 parsed.set()
         indexed = indexing.result()
         summaries, index_files = indexed.summaries, indexed.index_files
+        dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:
             queues = _without(run, runs, staging, indexed.skipped)
         for q in queues:
@@ -399,6 +401,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
         report["broker_rules"] = broker_rules
+        report["dledger_index_files"] = dledger_index_files
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
