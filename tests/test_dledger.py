@@ -8,6 +8,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jobs.pipeline.audit import audit
@@ -25,6 +26,19 @@ from storelib.commitlog import (
 )
 from storelib.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
+from storelib.dledger import (
+    ENTRY_INDEX,
+    ENTRY_POS,
+    ENTRY_TERM,
+    UNIT_DTYPE,
+    UNITS_PER_INDEX_FILE,
+    checkpoint_findings,
+    differing_units,
+    entry_damage,
+    index_file_units,
+    index_plans,
+    parse_checkpoint,
+)
 from storelib.inspect import inspect_store
 from tests.broker.harness import read_jsonl
 from tests.builders import scan
@@ -241,3 +255,47 @@ def test_recover_rebuilds_a_damaged_dledger_index(spark, tmp_path: Path) -> None
     damage(copy, "index-unit")
     assert recovered(spark, copy, tmp_path, store / "broker.conf") == 0
     assert tree(copy, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
+
+
+def units(indexes: list[int], terms: list[int] | None = None, pos: list[int] | None = None) -> np.ndarray:
+    out = np.zeros(len(indexes), UNIT_DTYPE)
+    out["magic"], out["index"], out["size"] = 1, indexes, 100
+    out["term"] = terms or [0] * len(indexes)
+    out["pos"] = pos if pos is not None else [100 * i for i in range(len(indexes))]
+    return out
+
+
+def test_entry_damage_names_the_entry_recovery_stops_at() -> None:
+    where = np.arange(5) * 100
+    assert entry_damage(units([0, 1, 2, 3, 4]), where, None) == []
+    assert entry_damage(units([7, 8]), where[:2], (6, 0)) == []
+    assert entry_damage(units([0, 1, 3, 4, 5]), where, None) == [(200, ENTRY_INDEX, "entry index 3 after 1")]
+    assert entry_damage(units([0, 1, 2], [1, 1, 0]), where[:3], None) == [(200, ENTRY_TERM, "term 0 after term 1")]
+    assert entry_damage(units([0, 1], pos=[0, 108]), where[:2], None) == [
+        (100, ENTRY_POS, "the entry's pos field says 108")
+    ]
+    assert entry_damage(units([5]), where[:1], (3, 0))[0][1] == ENTRY_INDEX
+
+
+def test_index_units_sit_at_their_entry_index_across_files() -> None:
+    first, last = UNITS_PER_INDEX_FILE - 2, UNITS_PER_INDEX_FILE + 1
+    ranges = [("dledger-n0/data", "a", 0, first - 1), ("dledger-n0/data", "b", first, last)]
+    assert index_plans(ranges) == [("dledger-n0/data", 0, ["a", "b"]), ("dledger-n0/data", 1, ["b"])]
+    u = units(list(range(first, last + 1)))
+    assert index_file_units(u, 0)[-2:].tolist() == u[:2].tolist()
+    assert len(index_file_units(u, 0)) == UNITS_PER_INDEX_FILE
+    assert index_file_units(u, 1).tolist() == u[2:].tolist()
+    assert differing_units(index_file_units(u, 1), index_file_units(u, 1)) == (-1, 0)
+    assert differing_units(index_file_units(u, 1)[:1], index_file_units(u, 1)) == (1, 1)
+
+
+def test_the_checkpoint_against_the_last_entry() -> None:
+    assert parse_checkpoint("committedIndex=7\nendIndex=9\nx=1\nendIndex=oops\n") == {
+        "committedIndex": 7,
+        "endIndex": 9,
+    }
+    assert checkpoint_findings({"committedIndex": 9, "endIndex": 9}, 9, "cp") == []
+    ahead = checkpoint_findings({"committedIndex": 9, "endIndex": 12}, 9, "cp")
+    assert [(k, n) for k, _, n in ahead] == [("dledger-checkpoint-ahead", 3)]
+    behind = checkpoint_findings({"committedIndex": 5, "endIndex": 9}, 9, "cp")
+    assert [(k, n) for k, _, n in behind] == [("dledger-uncommitted", 4)]
