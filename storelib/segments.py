@@ -34,6 +34,7 @@ from storelib.config import BrokerConfig
 from storelib.dledger import ENTRY_DAMAGE, ENTRY_INDEX, ENTRY_TERM
 from storelib.findings import Finding, finding
 from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
+from storelib.versions import RuleInputs
 
 #: damage to one record: reported, never a reason to stop or skip a segment
 RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level", *ENTRY_DAMAGE)
@@ -95,6 +96,8 @@ class SegmentSummary:
     first_entry_term: int = -1
     last_entry_index: int = -1
     last_entry_term: int = -1
+    #: its records that the rule sets of different releases dispatch differently
+    rule_inputs: RuleInputs = dataclasses.field(default_factory=RuleInputs)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -104,6 +107,7 @@ class SegmentSummary:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in row.items() if k in fields}
         values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
+        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
     @classmethod

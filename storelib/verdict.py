@@ -208,8 +208,8 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config
-    (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and
+    given release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
@@ -219,6 +219,9 @@ def recover_commands(report: Mapping[str, Any]) -> list[str]:
         argv += ["--broker-config", config["path"]]
     elif config and not config.get("defaults", True):
         argv += ["--broker-config", "BROKER_CONF"]
+    rules = run.get("broker_rules") or {}
+    if rules.get("source") == "--broker-version":
+        argv += ["--broker-version", rules["version"]]
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

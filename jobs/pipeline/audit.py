@@ -29,7 +29,7 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
-from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, store_rules
+from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
@@ -38,6 +38,7 @@ from storelib.findings import Finding, is_divergence
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
+from storelib.versions import BrokerRules
 from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
 
@@ -105,7 +106,10 @@ def audit(
         if uri is not None:
             check_outside_store(store, uri, option)
     before = store_state(store)
-    segments, listing = list_segments(store, run)
+    segments, listing = list_segments(store, run.cfg)
+    given = _rebuild_report(rebuilt) if rebuilt is not None else None
+    if given is not None:
+        run.cfg = dataclasses.replace(run.cfg, brokerVersion=rebuilt_release(given, run.cfg.brokerVersion))
     store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
     scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
     audited = [s for s in segments if s.start >= scope.start]
@@ -120,11 +124,33 @@ def audit(
             summaries = {s.name: summaries[s.name] for s in audited}
         else:
             summaries = scan_segments(run, audited, f"{work}/scratch")
-        fs, root = resolve(rebuilt)
-        rebuild_report = json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+            _check_same_rules(settle_rules(run, store, summaries.values()), given)
+        rebuild_report = _rebuild_report(rebuilt)
         a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
         a.broker_config, a.rebuilt_temporary = broker_config, temporary
         return _audit(a, audited, listing, summaries, before)
+
+
+def _rebuild_report(rebuilt: str) -> dict[str, Any]:
+    """The rebuild's rebuild.json."""
+    fs, root = resolve(rebuilt)
+    return json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+
+
+def rebuilt_release(rebuild_report: dict[str, Any], given: str) -> str:
+    """The release to audit by: ``given`` (``--broker-version``), else the one the rebuild was given, if any."""
+    rules = rebuild_report.get("broker_rules") or {}
+    return given or ((rules.get("version") or "") if rules.get("source") == "--broker-version" else "")
+
+
+def _check_same_rules(rules: BrokerRules, rebuild_report: dict[str, Any] | None) -> None:
+    """A rebuild made by other rules than the audit's would show their differences as damage: CannotAudit."""
+    built = ((rebuild_report or {}).get("broker_rules") or {}).get("name")
+    if built is not None and built != rules.rules.name:
+        raise CannotAudit(
+            f"the rebuild used the broker rules {built}, this audit {rules.rules.name} ({rules.why}): rebuild "
+            "again, or give the --broker-version the rebuild was given"
+        )
 
 
 def _audit(
