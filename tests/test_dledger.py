@@ -111,7 +111,9 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     assert tree(out, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
     assert result.report["commitlog"]["messages"] == committed_index(store / "store") + 1
     assert result.report["findings"] == []
-    assert json.loads((out / "rebuild.json").read_text())["broker_config"]["enableDLegerCommitLog"] is True
+    written = json.loads((out / "rebuild.json").read_text())
+    assert written["broker_config"]["enableDLegerCommitLog"] is True
+    assert written["broker_rules"]["name"] == {"5.5.0": "5.5", "4.9.7": "4.9"}[version]
     checked = audit(run, str(store / "store"), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)
 
@@ -227,11 +229,14 @@ def served_view(served: list[dict], data_end: int) -> dict[tuple[str, int], set[
 
 
 @pytest.mark.broker
-def test_recover_after_kill9_gives_what_the_broker_serves_after_its_own_restart(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", DLEDGER_VERSIONS)
+def test_recover_after_kill9_gives_what_the_broker_serves_after_its_own_restart(
+    spark, tmp_path: Path, version: str
+) -> None:
     """The DLedger store killed with kill -9, with the last 3 units of a queue lost too: after recover --apply,
     every queue holds what a broker started on the crashed store served (served.jsonl; messages the restarted
     broker wrote itself are past the data's end)."""
-    store = harness_store("5.5.0", "dledger-kill9")
+    store = harness_store(version, "dledger-kill9")
     copy = copy_store(store / "store", tmp_path / "store", without=("lock",))
     cq = sorted((copy / "consumequeue" / "TopicOrders" / "0").iterdir())[-1]
     data = cq.read_bytes()
