@@ -341,6 +341,7 @@ class RecordBatch:
     props_len: np.ndarray
     #: DLedger framing: each record's entry header as the index unit it should have (storelib.dledger.UNIT_DTYPE)
     entries: np.ndarray | None = None
+    record_start: np.ndarray | None = None  # int64 positions of the records in buf
 
     def __len__(self) -> int:
         return len(self.physical_offset)
@@ -593,6 +594,7 @@ class SegmentScanner:
             props_start=f["props_start"],
             props_len=f["props_len"],
             entries=entry_units(a, p - self.framing.header) if self.framing.header else None,
+            record_start=p,
         )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
+from jobs.pipeline.convert import convert
 from jobs.pipeline.rebuild import rebuild
 from jobs.pipeline.recover import recover
 from storelib.commitlog import (
@@ -26,6 +27,7 @@ from storelib.commitlog import (
 )
 from storelib.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
+from storelib.convert import plain_records, segment_tail
 from storelib.dledger import (
     ENTRY_INDEX,
     ENTRY_POS,
@@ -40,7 +42,8 @@ from storelib.dledger import (
     parse_checkpoint,
 )
 from storelib.inspect import inspect_store
-from tests.broker.harness import read_jsonl
+from tests import reference
+from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, served
 from tests.builders import scan
 from tests.storecopy import copy_store
 from tests.test_rebuild_v5 import assert_same_index, tree
@@ -219,7 +222,7 @@ def served_view(served: list[dict], data_end: int) -> dict[tuple[str, int], set[
     ``data_end``; a batch's messages share one commitlog offset and count from its first queue offset."""
     first: dict[tuple[str, int, int], int] = {}
     for m in served:
-        if m["kind"] == "message" and m["commitLogOffset"] < data_end and not m["topic"].startswith("%LMQ%"):
+        if m["kind"] == "message" and m["commitLogOffset"] < data_end:
             key = (m["topic"], m["queueId"], m["commitLogOffset"])
             first[key] = min(first.get(key, m["queueOffset"]), m["queueOffset"])
     out: dict[tuple[str, int], set[tuple[int, int]]] = {}
@@ -248,7 +251,18 @@ def test_recover_after_kill9_gives_what_the_broker_serves_after_its_own_restart(
     data_end = int(next(f for f in reversed(files) if walk_entries(f)).name) + pos + size
     assert recovered(spark, copy, tmp_path, store / "broker.conf") == 0
     served = served_view(read_jsonl(store / "served.jsonl"), data_end)
-    assert queue_view(copy, data_end) == served
+    recovered_view = queue_view(copy, data_end)
+    # 4.9.7 only (5.5.0 writes no LMQ queue in DLedger mode): the restarted broker serves its LMQ queues with
+    # other queue offsets than its files held at the crash and the records' INNER_MULTI_QUEUE_OFFSET say; not
+    # reproduced, so left out here (README: DLedger stores)
+    lmq = {q for q in served if q[0].startswith("%LMQ%")}
+    assert not lmq if version >= "5" else lmq == {q for q in recovered_view if q[0].startswith("%LMQ%")}
+    # a queue the served dump could not pull (4.9.7: RMQ_SYS_TRANS_OP_HALF_TOPIC, "topic not exist"): its max offset
+    lines = read_jsonl(store / "served.jsonl")
+    unpulled = {(q["topic"], q["queueId"]): q["maxOffset"] for q in lines if q["kind"] == "queue" and "error" in q}
+    assert {q: max(o for o, _ in recovered_view[q]) + 1 for q in unpulled} == unpulled
+    kept = {q: v for q, v in recovered_view.items() if q not in lmq | set(unpulled)}
+    assert kept == {q: v for q, v in served.items() if q not in lmq}
     assert sum(len(v) for v in served.values()) > 500
 
 
@@ -304,3 +318,55 @@ def test_the_checkpoint_against_the_last_entry() -> None:
     assert [(k, n) for k, _, n in ahead] == [("dledger-checkpoint-ahead", 3)]
     behind = checkpoint_findings({"committedIndex": 5, "endIndex": 9}, 9, "cp")
     assert [(k, n) for k, _, n in behind] == [("dledger-uncommitted", 4)]
+
+
+def served_messages(lines: list[dict]) -> dict[tuple[str, int], set[tuple[int, object]]]:
+    """Per queue, (queue offset, msgId) of every message a broker served; a message without UNIQ_KEY (the
+    transaction op messages) has its offsetMsgId, store host + commitlog offset, as msgId, which a conversion
+    changes: (keys, tags) stand for it."""
+    out: dict[tuple[str, int], set[tuple[int, object]]] = {}
+    for m in lines:
+        if m["kind"] == "message":
+            ident = m["msgId"] if m["msgId"] != m["offsetMsgId"] else (m["keys"], m["tags"])
+            out.setdefault((m["topic"], m["queueId"]), set()).add((m["queueOffset"], ident))
+    return out
+
+
+@pytest.mark.broker
+def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger_broker_did(
+    spark, tmp_path: Path
+) -> None:
+    """The DLedger store converted (the source untouched): plain segments whose records sit where their
+    PHYSICALOFFSET says, and a broker started in file mode on the result serves every queue as a DLedger broker
+    started on the source does."""
+    store = harness_store("5.5.0", "dledger")
+    settings = read_properties(store / "broker.conf")
+    source = tree(store / "store", "dledger-n0/data")
+    out = tmp_path / "plain"
+    done = convert(Run(spark, load_broker_config(store / "broker.conf")), str(store / "store"), str(out))
+    assert tree(store / "store", "dledger-n0/data") == source
+    assert not list(out.glob("dledger-*")) and (out / "checkpoint").is_file()
+    walked = list(reference.walk_commitlog(out / "commitlog"))
+    assert [r.offset for r in walked] == [r.physical_offset for r in walked]
+    assert len(walked) == done.messages == committed_index(store / "store") + 1
+    plain = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
+    assert served_messages(served("5.5.0", out, plain)) == served_messages(served("5.5.0", store / "store", settings))
+
+
+def test_plain_records_sit_where_their_physical_offset_says_and_keep_everything_else() -> None:
+    """Entries' records packed from a segment start: each PHYSICALOFFSET is where the record now is; a full
+    segment then ends with a BLANK over the rest."""
+    start = 65536
+    s = scan(data_file(MESSAGES, 16384), base=start, framing=DLEDGER_FRAMING, batch_records=7)
+    parts, at = [], start
+    for b in s.batches:
+        parts.append(plain_records(b, at))
+        at += int(b.total_size.sum())
+    head, zeros = segment_tail(at - start, 16384, full=True)
+    segment = b"".join(parts) + head + bytes(zeros)
+    walked = scan(segment, base=start)
+    assert (walked.end.reason, len(segment)) == (END_BLANK, 16384)
+    rows = walked.rows()
+    assert [r["physical_offset"] for r in rows] == [r["stored_physical_offset"] for r in rows]
+    same = ("queue_id", "queue_offset", "body_crc", "total_size", "store_timestamp", "flag")
+    assert [{k: r[k] for k in same} for r in rows] == [{k: r[k] for k in same} for r in s.rows()]

@@ -20,15 +20,16 @@ ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 Plan = tuple[str, int, list[str]]
 
 
-def _units(fs, path: str) -> np.ndarray:
+def _units(fs: pafs.FileSystem, path: str) -> np.ndarray:
     """The units of an index file, or of a parse's entry-units file; none when it does not exist."""
-    if fs.get_file_info(path).type.name != "File":
+    if fs.get_file_info(path).type != pafs.FileType.File:
         return np.zeros(0, UNIT_DTYPE)
     data = read_file(fs, path)
     return np.frombuffer(data[: len(data) - len(data) % UNIT_DTYPE.itemsize], UNIT_DTYPE)
 
 
 def _row(file: str, units: int, first_bad: int = -1, bad: int = 0, live_size: int = -1) -> pa.RecordBatch:
+    """One DLEDGER_INDEX_SCHEMA row."""
     values = [[file], [units], [first_bad], [bad], [live_size]]
     return pa.RecordBatch.from_arrays(
         [pa.array(v, f.type) for v, f in zip(values, DLEDGER_INDEX_SCHEMA)], schema=DLEDGER_INDEX_SCHEMA
