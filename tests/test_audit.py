@@ -363,7 +363,17 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
     assert tree_digest(store) == before, "the audit wrote into the store"
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["format"] == "rmqstore-audit/1"
-    assert set(report) == {"format", "run", "summary", "findings", "queues", "index_files", "repairs", "verdict"}
+    assert set(report) == {
+        "format",
+        "run",
+        "summary",
+        "findings",
+        "queues",
+        "index_files",
+        "repairs",
+        "plan",
+        "verdict",
+    }
     assert (
         report["summary"]["index"]["keys_checked"] == report["summary"]["index"]["keys_total"] == 24670
     )  # the broker's entries

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from jobs.pipeline.audit_index import audit_index
-from jobs.pipeline.audit_queues import audit_queues
+from jobs.pipeline.audit_queues import audit_queues, stopping_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
@@ -35,6 +35,7 @@ from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
+from storelib.plan import recover_plan
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
@@ -237,6 +238,7 @@ def _finish(
         "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
         "repairs": a.repairs,
     }
+    report["plan"] = recover_plan(findings, a.repairs, stopping_queues(a.rebuilt, a.repairs), truncate=False).to_dict()
     report["verdict"] = verdict(report, _messages_lost(a, findings))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
