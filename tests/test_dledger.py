@@ -370,3 +370,15 @@ def test_plain_records_sit_where_their_physical_offset_says_and_keep_everything_
     assert [r["physical_offset"] for r in rows] == [r["stored_physical_offset"] for r in rows]
     same = ("queue_id", "queue_offset", "body_crc", "total_size", "store_timestamp", "flag")
     assert [{k: r[k] for k in same} for r in rows] == [{k: r[k] for k in same} for r in s.rows()]
+
+
+@pytest.mark.broker
+def test_entries_past_committed_index_after_kill9_are_named(spark) -> None:
+    """kill -9 left the checkpoint's committedIndex behind the data: dledger-uncommitted, counted from the store."""
+    store = harness_store("5.5.0", "dledger-kill9")
+    last = max(index for f in (store / "store/dledger-n0/data").iterdir() for _, _, index in walk_entries(f))
+    result = audit(Run(spark, load_broker_config(store / "broker.conf")), str(store / "store"), None, None)
+    named = [(f.file, f.count) for f in result.findings if f.kind == "dledger-uncommitted"]
+    lag = last - committed_index(store / "store")
+    assert named == ([("dledger-n0/checkpoint", lag)] if lag > 0 else [])
+    assert not {"dledger-checkpoint-ahead", "dledger-index-wrong"} & {f.kind for f in result.findings}
