@@ -28,6 +28,7 @@ VERBS = {
     "rebuild": "rebuild ConsumeQueue and IndexFile files from the commitlog with Spark",
     "audit": "compare a live store with the rebuilt index and report divergences",
     "recover": "put a verified index back into a stopped store, with backup and undo",
+    "convert": "turn a DLedger (or mixed) store into a plain CommitLog store with Spark",
     "demo": "generate the demo store once, rebuild, audit, print where the outputs are",
 }
 

@@ -74,7 +74,7 @@ def format_report(r: StoreReport, rules: BrokerRules) -> str:
         f"maxIndexNum={cfg['maxIndexNum']}",
         rules.line + ("" if rules.settled else UNSETTLED),
         "",
-        "COMMITLOG",
+        "COMMITLOG (" + ", ".join(sorted({f"{s.dir}/" for s in r.segments})) + ")",
     ]
     out += _table(
         ["segment", "start", "valid end", "records", "end", "first store time", "last store time", "damage"],

@@ -19,7 +19,7 @@ import io
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -27,6 +27,9 @@ import numpy as np
 from storelib import kernel
 from storelib.constants import (
     BLANK_MAGIC_CODE,
+    DLEDGER_BLANK_MAGIC,
+    DLEDGER_ENTRY_HEADER,
+    DLEDGER_ENTRY_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
@@ -35,6 +38,7 @@ from storelib.constants import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
 )
+from storelib.dledger import entry_units
 from storelib.errors import StoreFormatError
 
 # Offsets of the fixed fields, valid up to BORNHOST.
@@ -335,6 +339,9 @@ class RecordBatch:
     topic_start: np.ndarray  # int64 positions in buf
     props_start: np.ndarray
     props_len: np.ndarray
+    #: DLedger framing: each record's entry header as the index unit it should have (storelib.dledger.UNIT_DTYPE)
+    entries: np.ndarray | None = None
+    record_start: np.ndarray | None = None  # int64 positions of the records in buf
 
     def __len__(self) -> int:
         return len(self.physical_offset)
@@ -362,8 +369,77 @@ class RecordBatch:
         ]
 
 
+#: why the walk stopped: (end reason, detail), or None and the bytes of the record (entry) to read whole
+Check = tuple[tuple[str, str] | None, int]
+
+
+def check_record(head: np.ndarray, left: int) -> Check:
+    """Where the record walk stopped, from the record's first 8 bytes (``head``) and the bytes ``left`` in the
+    segment: the module docstring's rules (a message, a BLANK of exactly the bytes left, or zeros)."""
+    if left < 8:
+        return ((END_TORN, f"{left} stray bytes at the end") if head.any() else (END_ZERO_TAIL, "")), 0
+    total, magic = _II.unpack_from(head)
+    if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        if total < MIN_RECORD_SIZE:
+            return (END_BAD_SIZE, f"TOTALSIZE {total} is below the {MIN_RECORD_SIZE}-byte minimum"), 0
+        if total > left:
+            return (END_TORN, f"TOTALSIZE {total} runs {total - left} bytes past the end of the segment"), 0
+        return None, total
+    if magic == BLANK_MAGIC_CODE:
+        if total != left:
+            return (END_BAD_BLANK, f"BLANK TOTALSIZE {total}, but {left} bytes are left in the segment"), 0
+        return (END_BLANK, ""), 0
+    if total == 0 or magic == 0:
+        return (END_ZERO_TAIL, ""), 0
+    return (END_BAD_MAGIC, f"magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})"), 0
+
+
+def check_entry(head: np.ndarray, left: int) -> Check:
+    """Where the DLedger entry walk stopped, from the entry's first 56 bytes (``head``): an entry (magic 1, size =
+    48 + the TOTALSIZE of the one message record it holds), the end mark (magic -1, then exactly the bytes left;
+    zeros after it, no BLANK record), or zeros (``MmapFileList.preAppend``, ``DLedgerEntryCoder``)."""
+    if left < 8:
+        return check_record(head, left)
+    magic, size = _II.unpack_from(head)
+    if magic == DLEDGER_BLANK_MAGIC:
+        if size != left:
+            return (END_BAD_BLANK, f"end-of-file mark says {size} bytes left, but {left} are"), 0
+        return (END_BLANK, ""), 0
+    if magic == 0 or size == 0:
+        return (END_ZERO_TAIL, ""), 0
+    if magic != DLEDGER_ENTRY_MAGIC:
+        return (END_BAD_MAGIC, f"DLedger entry magic {magic} (size {size})"), 0
+    if size > left:
+        return (END_TORN, f"entry size {size} runs {size - left} bytes past the end of the file"), 0
+    if size < DLEDGER_ENTRY_HEADER + MIN_RECORD_SIZE:
+        return (END_BAD_SIZE, f"entry size {size} cannot hold a message record"), 0
+    body = size - DLEDGER_ENTRY_HEADER
+    stop, total = check_record(head[DLEDGER_ENTRY_HEADER:], body)
+    if stop is None and total == body:
+        return None, size
+    if stop is None or stop[0] in (END_TORN, END_BAD_SIZE):
+        total = _II.unpack_from(head, DLEDGER_ENTRY_HEADER)[0]
+        return (END_BAD_SIZE, f"entry size {size}, but its record's TOTALSIZE is {total}"), 0
+    return (END_BAD_MAGIC, f"the entry holds no message record ({stop[1] or stop[0]})"), 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Framing:
+    """How message records sit in a segment file: alone one after the other (``commitlog/``), or each as the body
+    of a DLedger entry (``dledger-<selfId>/data/``) whose PHYSICALOFFSET is the entry's pos + 48."""
+
+    name: str
+    header: int  # bytes before each record
+    check: Callable[[np.ndarray, int], Check]
+
+
+COMMITLOG_FRAMING = Framing("commitlog", 0, check_record)
+DLEDGER_FRAMING = Framing("dledger", DLEDGER_ENTRY_HEADER, check_entry)
+
+
 class SegmentScanner:
-    """Walk one commitlog segment with bounded memory, yielding RecordBatch objects.
+    """Walk one commitlog segment (or DLedger data file: ``framing``) with bounded memory, yielding RecordBatch
+    objects.
 
     Reads ``chunk_size`` bytes at a time from any binary stream (a local file, or a
     pyarrow stream on HDFS/S3): memory stays near ``chunk_size`` plus one record,
@@ -383,6 +459,7 @@ class SegmentScanner:
         check_crc: bool = True,
         chunk_size: int = 8 << 20,
         batch_records: int = 1 << 16,
+        framing: Framing = COMMITLOG_FRAMING,
     ) -> None:
         self.stream = stream
         self.file = file
@@ -391,6 +468,7 @@ class SegmentScanner:
         self.check_crc = check_crc
         self.chunk_size = chunk_size
         self.batch_records = batch_records
+        self.framing = framing
         self.end: SegmentEnd | None = None
         self.damage: list[RecordDamage] = []
         self.messages = 0
@@ -399,8 +477,9 @@ class SegmentScanner:
     def __iter__(self) -> Iterator[RecordBatch]:
         buf = np.zeros(0, dtype=np.uint8)
         buf_pos = 0  # file position of buf[0]
-        pos = 0  # file position of the next record
+        pos = 0  # file position of the next record (DLedger: of the next entry)
         size = self.file_size
+        header = self.framing.header
         positions = np.empty(self.batch_records, dtype=np.int64)  # of records in buf, relative to buf_pos
         count = 0
         while True:
@@ -408,24 +487,20 @@ class SegmentScanner:
             if left == 0:
                 self.end = SegmentEnd(self.file, END_EOF, self.base + pos)
                 break
-            # make sure the record header (8 bytes, or what is left) is in buf
-            need = min(8, left)
+            # make sure the record header (8 bytes, after the entry header; or what is left) is in buf
+            need = min(header + 8, left)
             if pos + need > buf_pos + len(buf):
                 if count:
                     yield from self._decode(buf, buf_pos, positions[:count])
                     positions, count = np.empty(self.batch_records, dtype=np.int64), 0
                 buf, buf_pos = self._refill(buf, buf_pos, pos, need)
                 if pos + need > buf_pos + len(buf):
-                    self.end = SegmentEnd(
-                        self.file,
-                        END_TORN,
-                        self.base + pos,
-                        f"file ends {size - (buf_pos + len(buf))} bytes short of its size",
-                    )
+                    detail = f"file ends {size - (buf_pos + len(buf))} bytes short of its size"
+                    self.end = SegmentEnd(self.file, END_TORN, self.base + pos, detail)
                     break
             # fast path: whole message records already in buf, walked by the kernel
             count, rel = kernel.walk(
-                buf, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE
+                buf, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE, header
             )
             if count == len(positions):
                 pos = buf_pos + rel
@@ -435,60 +510,17 @@ class SegmentScanner:
             if pos != buf_pos + rel:
                 pos = buf_pos + rel
                 continue
-            left = size - pos
-            if left < 8:
-                if buf[rel:].any():
-                    self.end = SegmentEnd(self.file, END_TORN, self.base + pos, f"{left} stray bytes at the end")
-                else:
-                    self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
+            stop, need = self.framing.check(buf[rel : rel + min(size - pos, header + 8)], size - pos)
+            if stop is not None:
+                self.end = SegmentEnd(self.file, stop[0], self.base + pos, stop[1])
                 break
-            total, magic = _II.unpack_from(buf, rel)
-            if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-                if total < MIN_RECORD_SIZE:
-                    self.end = SegmentEnd(
-                        self.file,
-                        END_BAD_SIZE,
-                        self.base + pos,
-                        f"TOTALSIZE {total} is below the {MIN_RECORD_SIZE}-byte minimum",
-                    )
-                    break
-                if total > left:
-                    self.end = SegmentEnd(
-                        self.file,
-                        END_TORN,
-                        self.base + pos,
-                        f"TOTALSIZE {total} runs {total - left} bytes past the end of the segment",
-                    )
-                    break
-                # the record straddles the end of buf: read on, then the fast path takes it
-                if count:
-                    yield from self._decode(buf, buf_pos, positions[:count])
-                    positions, count = np.empty(self.batch_records, dtype=np.int64), 0
-                buf, buf_pos = self._refill(buf, buf_pos, pos, total)
-                if pos + total > buf_pos + len(buf):
-                    self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
-                    break
-            elif magic == BLANK_MAGIC_CODE:
-                if total != left:
-                    self.end = SegmentEnd(
-                        self.file,
-                        END_BAD_BLANK,
-                        self.base + pos,
-                        f"BLANK TOTALSIZE {total}, but {left} bytes are left in the segment",
-                    )
-                else:
-                    self.end = SegmentEnd(self.file, END_BLANK, self.base + pos)
-                break
-            elif total == 0 or magic == 0:
-                self.end = SegmentEnd(self.file, END_ZERO_TAIL, self.base + pos)
-                break
-            else:
-                self.end = SegmentEnd(
-                    self.file,
-                    END_BAD_MAGIC,
-                    self.base + pos,
-                    f"magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})",
-                )
+            # the record straddles the end of buf: read on, then the fast path takes it
+            if count:
+                yield from self._decode(buf, buf_pos, positions[:count])
+                positions, count = np.empty(self.batch_records, dtype=np.int64), 0
+            buf, buf_pos = self._refill(buf, buf_pos, pos, need)
+            if pos + need > buf_pos + len(buf):
+                self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
                 break
         if count:
             yield from self._decode(buf, buf_pos, positions[:count])
@@ -561,6 +593,8 @@ class SegmentScanner:
             topic_start=f["topic_start"],
             props_start=f["props_start"],
             props_len=f["props_len"],
+            entries=entry_units(a, p - self.framing.header) if self.framing.header else None,
+            record_start=p,
         )
 
 

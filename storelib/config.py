@@ -54,6 +54,8 @@ class BrokerConfig:
     combineCQUseRocksdbForLmq: bool = False  # with the above, 5.5.0 writes no LMQ units into file queues
     mapperFileSizeBatchConsumeQueue: int = 300_000 * BCQ_STORE_UNIT_SIZE
     storeType: str = "default"
+    #: the log is DLedger's (dledger-<selfId>/data/): set by broker.conf or by the store's own directories
+    enableDLegerCommitLog: bool = False
     #: the broker release whose rules apply (``--broker-version``); "" = not given: 4.9 rules unless detected
     brokerVersion: str = ""
     #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
@@ -73,8 +75,10 @@ class BrokerConfig:
         return self.rules.batch_cq and not self.rocksdb_consume_queue and topic in self.batchCQTopics
 
     def dense_queue_offsets(self, topic: str) -> bool:
-        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store (by INNER_NUM)."""
-        return not (self.rocksdb_consume_queue and topic in self.batchCQTopics)
+        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store (by INNER_NUM) and
+        in a DLedger store (by INNER_NUM too, while its records lack INNER_BASE: every unit says batchSize 1)."""
+        degraded = self.rocksdb_consume_queue or self.enableDLegerCommitLog
+        return not (degraded and topic in self.batchCQTopics)
 
     @property
     def multi_dispatch_to_files(self) -> bool:

@@ -13,6 +13,13 @@ BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end of segment
 #: "a record does not fit ... it needs its own length plus 8 spare bytes"
 END_FILE_MIN_BLANK_LENGTH = 8
 
+# --- DLedger data files (io.openmessaging.storage.dledger 0.3.x, DLedgerCommitLog) -----------
+#: DLedgerEntry.BODY_OFFSET: magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodyLen; then the body
+DLEDGER_ENTRY_HEADER = 48
+DLEDGER_ENTRY_MAGIC = 1  # DLedgerEntry.MAGIC_1 (CURRENT_MAGIC)
+DLEDGER_BLANK_MAGIC = -1  # MmapFileList.BLANK_MAGIC_CODE, then the bytes left in the file
+DLEDGER_INDEX_UNIT_SIZE = 32  # DLedgerMmapFileStore.INDEX_UNIT_SIZE: magic 4, pos 8, size 4, index 8, term 8
+
 # --- SYSFLAG bits -----------------------------------------------------------
 TRANSACTION_MASK = 0xC
 TRANSACTION_NOT_TYPE = 0x0

@@ -105,6 +105,25 @@ KINDS: dict[str, Kind] = {
         "error", "the broker's recovery would stop at a damaged record and truncate every sound record after it", True
     ),
     "checkpoint-ahead": Kind("error", "the checkpoint vouches for data the store does not hold"),
+    # DLedger (dledger-<selfId>/: data, index, checkpoint)
+    "dledger-entry-pos": Kind(
+        "error", "a DLedger entry whose pos field is not where it sits: recovery truncates the log there"
+    ),
+    "dledger-entry-index": Kind(
+        "error", "a DLedger entry whose index does not follow the previous entry's: recovery truncates there"
+    ),
+    "dledger-entry-term": Kind(
+        "error", "a DLedger entry whose term is below the previous entry's: recovery truncates there"
+    ),
+    "dledger-index-wrong": Kind(
+        "warning", "DLedger index units (pos, size, index, term) that differ from the entries in the data", True
+    ),
+    "dledger-checkpoint-ahead": Kind(
+        "error", "the DLedger checkpoint's committedIndex or endIndex is past the last entry in the data"
+    ),
+    "dledger-uncommitted": Kind(
+        "warning", "DLedger entries past the checkpoint's committedIndex (a one-node group commits them at start)"
+    ),
     "checkpoint-unreadable": Kind("warning", "the checkpoint file is missing or not 4096 bytes", True),
     # CommitLog (found by the rebuild's scan, included as is)
     "crc-mismatch": Kind("warning", "a record whose BODYCRC does not match its body (kept: it frames correctly)"),

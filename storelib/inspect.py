@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from storelib.checkpoint import Checkpoint
-from storelib.commitlog import END_BLANK, END_EOF, END_ZERO_TAIL, SegmentScanner
+from storelib.commitlog import (
+    COMMITLOG_FRAMING,
+    DLEDGER_FRAMING,
+    END_BLANK,
+    END_EOF,
+    END_ZERO_TAIL,
+    SegmentScanner,
+)
 from storelib.config import BrokerConfig
 from storelib.constants import (
     CHECKPOINT_SIZE,
@@ -34,11 +41,14 @@ from storelib.consumequeue import decode_units, valid_prefix
 from storelib.errors import HostileNameError, StoreFormatError
 from storelib.indexfile import IndexHeader, index_file_size
 from storelib.layout import (
+    COMMITLOG,
+    is_dledger_data,
     is_index_name,
     offset_file_name,
     offset_layout_problems,
     parse_offset_name,
     parse_queue_id,
+    segment_dirs,
     validate_topic,
 )
 
@@ -57,6 +67,7 @@ class SegmentInfo:
     damage: list[dict[str, object]]  # records that framed but failed a check: kind, offset, detail
     first_store_timestamp: int | None
     last_store_timestamp: int | None
+    dir: str = COMMITLOG  # the store-relative directory: commitlog, or dledger-<selfId>/data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +138,7 @@ class StoreReport:
         # empty segments after it are preallocated ones a crash leaves behind
         last = max((i for i, s in enumerate(self.segments) if s.records or s.end != END_ZERO_TAIL), default=-1)
         for i, s in enumerate(self.segments):
-            rel = f"commitlog/{s.name}"
+            rel = f"{s.dir}/{s.name}"
             if not (s.end == END_BLANK or (i >= last and s.end in (END_ZERO_TAIL, END_EOF))):
                 detail = f" ({s.end_detail})" if s.end_detail else ""
                 out.append(f"{rel}: records stop at offset {s.end_offset}: {s.end}{detail}")
@@ -167,7 +178,8 @@ def inspect_store(root: str | Path, cfg: BrokerConfig) -> StoreReport:
         raise FileNotFoundError(f"no store directory at {root}")
     problems: list[str] = []
     topics: Counter[str] = Counter()
-    segments = _segments(root / "commitlog", cfg, topics, problems)
+    dirs = segment_dirs([e.name for e in _listing(root, problems) if e.is_dir()])
+    segments = [s for d in dirs for s in _segments(root, d, cfg, topics, problems)]
     # a broker creates consumequeue/, index/ and checkpoint once it dispatches its first message
     written = any(s.records for s in segments)
     queues = _queues(root / "consumequeue", cfg, problems, required=written)
@@ -206,32 +218,36 @@ def _listing(directory: Path, problems: list[str], required: bool = True) -> lis
         return sorted(it, key=lambda e: e.name)
 
 
-def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems: list[str]) -> list[SegmentInfo]:
+def _segments(
+    root: Path, directory: str, cfg: BrokerConfig, topics: Counter[str], problems: list[str]
+) -> list[SegmentInfo]:
+    """The segments in ``root/directory`` (commitlog/, or DLedger data files), each scanned."""
     out: list[SegmentInfo] = []
     size = cfg.mappedFileSizeCommitLog
     entries = []
-    for entry in _listing(directory, problems):
+    for entry in _listing(root / directory, problems):
         if parse_offset_name(entry.name) is None or not entry.is_file() or entry.is_symlink():
             problems.append(
-                f"commitlog/{printable(entry.name)}: not a commitlog segment (name, type or a link), skipped"
+                f"{directory}/{printable(entry.name)}: not a commitlog segment (name, type or a link), skipped"
             )
             continue
         entries.append(entry)
     for kind, start, expected in offset_layout_problems([int(e.name) for e in entries], size):
-        rel = f"commitlog/{offset_file_name(start)}"
+        rel = f"{directory}/{offset_file_name(start)}"
         if kind == "misaligned":
             problems.append(f"{rel}: start offset is not a multiple of the segment size {size}")
         else:
             problems.append(f"{rel}: segments from {offset_file_name(expected)} up to here are missing")
+    framing = DLEDGER_FRAMING if is_dledger_data(directory) else COMMITLOG_FRAMING
     for entry in entries:
-        rel = f"commitlog/{entry.name}"
+        rel = f"{directory}/{entry.name}"
         start = int(entry.name)
         file_size = entry.stat().st_size
         if file_size != size:
             problems.append(f"{rel}: {file_size} bytes, but the segment size is {size} (the broker will not load it)")
         first_ts = None
         with open(entry.path, "rb") as f:
-            scanner = SegmentScanner(f, rel, start, size, check_crc=cfg.checkCRCOnRecover)
+            scanner = SegmentScanner(f, rel, start, size, check_crc=cfg.checkCRCOnRecover, framing=framing)
             for batch in scanner:
                 if first_ts is None:
                     first_ts = int(batch.store_timestamp[0])
@@ -249,6 +265,7 @@ def _segments(directory: Path, cfg: BrokerConfig, topics: Counter[str], problems
                 damage=[{"kind": d.kind, "offset": d.offset, "detail": d.detail} for d in scanner.damage],
                 first_store_timestamp=first_ts,
                 last_store_timestamp=scanner.last_store_timestamp if scanner.messages else None,
+                dir=directory,
             )
         )
     return out

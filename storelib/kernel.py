@@ -69,6 +69,7 @@ else:
         numba.config.CACHE_DIR = str(_CACHE)
 
     from storelib.constants import (
+        DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
         KEY_SEPARATOR,
@@ -143,22 +144,26 @@ else:
         return c ^ np.uint32(0xFFFFFFFF)
 
     @njit(cache=True)
-    def walk(a, rel, stop, out, count, min_size):
+    def walk(a, rel, stop, out, count, min_size, header):
         """Whole message records from ``rel``: append their positions to ``out`` until a record is not a
         message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, or ``out`` is full.
-        Returns (count, rel of the first record not taken)."""
+        ``header`` > 0: each record is the body of a DLedger entry of that many header bytes (magic
+        DLEDGER_ENTRY_MAGIC, then the entry size = header + TOTALSIZE), and the walk goes from entry to entry.
+        Returns (count, rel of the first record, or entry, not taken)."""
         n = len(a)
         cap = len(out)
-        while rel + 8 <= n and count < cap:
-            total = _i32(a, rel)
-            magic = _i32(a, rel + 4)
+        while rel + header + 8 <= n and count < cap:
+            total = _i32(a, rel + header)
+            magic = _i32(a, rel + header + 4)
             if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < min_size:
                 break
-            if rel + total > stop:
+            if header and (_i32(a, rel) != DLEDGER_ENTRY_MAGIC or _i32(a, rel + 4) != header + total):
                 break
-            out[count] = rel
+            if rel + header + total > stop:
+                break
+            out[count] = rel + header
             count += 1
-            rel += total
+            rel += header + total
         return count, rel
 
     #: what ``decode`` returns, in order: RecordBatch's field names, then the TOTALSIZE the fields add up to
@@ -463,7 +468,7 @@ else:
         """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
         a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
-        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1)
+        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0)
         decode(a, z, True)
         intern_runs(a, z, z)
         find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))

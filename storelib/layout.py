@@ -1,7 +1,10 @@
 """Store names and paths: the one place that says what a file or directory of a store is called.
 
 A store root holds ``commitlog/<20-digit start offset>``, ``consumequeue/<topic>/<queueId>/<20-digit
-logical offset>``, ``index/<yyyyMMddHHmmssSSS>``, ``checkpoint``, ``abort`` and ``lock``. Names are ASCII
+logical offset>``, ``index/<yyyyMMddHHmmssSSS>``, ``checkpoint``, ``abort`` and ``lock``. A DLedger store
+(``enableDLegerCommitLog``) keeps its log in ``dledger-<selfId>/data/<20-digit start offset>`` instead, with
+``dledger-<selfId>/index/`` (one 32-byte unit per entry) and ``dledger-<selfId>/checkpoint``; a store switched
+from file mode keeps its old ``commitlog/`` below the DLedger data (``DLedgerConfig.getDataStorePath``). Names are ASCII
 digits only (``str.isdigit`` also accepts '²' and other scripts' digits, which the broker never writes).
 """
 
@@ -20,6 +23,10 @@ INDEX = "index"
 CHECKPOINT = "checkpoint"
 ABORT = "abort"
 LOCK = "lock"
+DLEDGER_PREFIX = "dledger-"
+DLEDGER_DATA = "data"
+DLEDGER_INDEX = "index"
+DLEDGER_CHECKPOINT = "checkpoint"
 
 OFFSET_NAME_DIGITS = 20  # commitlog and ConsumeQueue files: 20-digit zero-padded offset
 _OFFSET_NAME = re.compile(r"[0-9]{20}\Z")
@@ -79,6 +86,29 @@ def queue_dir(topic: str, queue_id: int) -> str:
 
 def commitlog_file(name: str) -> str:
     return f"{COMMITLOG}/{name}"
+
+
+def is_dledger_dir(name: str) -> bool:
+    """``dledger-<selfId>``: the directory of one DLedger node's log under the store root."""
+    return name.startswith(DLEDGER_PREFIX) and len(name) > len(DLEDGER_PREFIX)
+
+
+def segment_dirs(root_entries: list[str]) -> list[str]:
+    """The store-relative directories holding log segments, lowest offsets first: ``commitlog/`` (file mode, or
+    the old log below a DLedger store's ``dividedCommitlogOffset``), then each ``dledger-<selfId>/data``."""
+    dledger = sorted(f"{name}/{DLEDGER_DATA}" for name in root_entries if is_dledger_dir(name))
+    return [COMMITLOG, *dledger] if COMMITLOG in root_entries or not dledger else dledger
+
+
+def dledger_file(data_dir: str, *names: str) -> str:
+    """A file of the DLedger node whose data directory is ``data_dir``: ``dledger_file(d, "index", name)``,
+    ``dledger_file(d, "checkpoint")``."""
+    return "/".join((posixpath.dirname(data_dir), *names))
+
+
+def is_dledger_data(directory: str) -> bool:
+    """Whether segments in ``directory`` (store-relative) are DLedger data files."""
+    return directory != COMMITLOG
 
 
 def index_file(name: str) -> str:

@@ -14,35 +14,54 @@ stops or skips a segment.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 
 from storelib.commitlog import (
+    COMMITLOG_FRAMING,
     DAMAGE_CRC,
     DAMAGE_LENGTH,
+    DLEDGER_FRAMING,
     END_BLANK,
     END_EOF,
     END_TORN,
     END_UNREADABLE,
     END_ZERO_TAIL,
+    Framing,
 )
 from storelib.config import BrokerConfig
+from storelib.dledger import ENTRY_DAMAGE, ENTRY_INDEX, ENTRY_TERM
 from storelib.findings import Finding, finding
-from storelib.layout import commitlog_file, offset_file_name, offset_layout_problems, parse_offset_name
+from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 from storelib.versions import RuleInputs
 
 #: damage to one record: reported, never a reason to stop or skip a segment
-RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
+RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level", *ENTRY_DAMAGE)
+#: damage of a record that still frames and is dispatched
+KEPT_DAMAGE = (DAMAGE_CRC, "crc-property-mismatch", *ENTRY_DAMAGE)
 
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
-    """One commitlog segment file: where to read it, its name, start offset and size."""
+    """One commitlog segment file (or DLedger data file): where to read it, its name, start offset, size, and the
+    store-relative directory holding it."""
 
     uri: str
     name: str
     start: int
     size: int
+    dir: str = COMMITLOG
+
+    @property
+    def rel(self) -> str:
+        """The file, relative to the store root."""
+        return f"{self.dir}/{self.name}"
+
+    @property
+    def framing(self) -> Framing:
+        """Records one after the other, or each inside a DLedger entry."""
+        return DLEDGER_FRAMING if is_dledger_data(self.dir) else COMMITLOG_FRAMING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +91,11 @@ class SegmentSummary:
     worker_peak_rss: int  # bytes, the parsing Python worker's peak
     fingerprint: str  # of the records read: rebuilt-stale when a later parse of the segment differs
     damage: tuple[Damage, ...] = ()
+    # DLedger data files: index and term of the first and last entry (-1: none)
+    first_entry_index: int = -1
+    first_entry_term: int = -1
+    last_entry_index: int = -1
+    last_entry_term: int = -1
     #: its records that the rule sets of different releases dispatch differently
     rule_inputs: RuleInputs = dataclasses.field(default_factory=RuleInputs)
 
@@ -97,11 +121,12 @@ class SegmentSummary:
 
 @dataclasses.dataclass(frozen=True)
 class ListedFile:
-    """A file found in ``commitlog/``: name, size and where to read it."""
+    """A file found in ``commitlog/`` (or a DLedger data directory, ``dir``): name, size and where to read it."""
 
     name: str
     size: int
     uri: str
+    dir: str = COMMITLOG
 
 
 def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list[Segment], list[Finding]]:
@@ -111,9 +136,9 @@ def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list
     for f in listed:
         start = parse_offset_name(f.name)
         if start is None:
-            findings.append(finding("stray-file", commitlog_file(f.name), "not a commitlog segment name; ignored"))
+            findings.append(finding("stray-file", f"{f.dir}/{f.name}", "not a commitlog segment name; ignored"))
         else:
-            segments.append(Segment(f.uri, f.name, start, f.size))
+            segments.append(Segment(f.uri, f.name, start, f.size, f.dir))
     segments.sort(key=lambda s: s.start)
     findings += _layout_findings(segments, cfg.mappedFileSizeCommitLog)
     return segments, findings
@@ -121,8 +146,9 @@ def plan_segments(listed: Iterable[ListedFile], cfg: BrokerConfig) -> tuple[list
 
 def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
     out = []
+    rels = {s.start: s.rel for s in segments}
     for kind, start, expected in offset_layout_problems([s.start for s in segments], seg_size):
-        rel = commitlog_file(offset_file_name(start))
+        rel = rels[start]
         if kind == "misaligned":
             message = f"start offset is not a multiple of mappedFileSizeCommitLog {seg_size}"
             out.append(finding("segment-misaligned", rel, message, commitlog_offset=start))
@@ -137,7 +163,7 @@ def _layout_findings(segments: list[Segment], seg_size: int) -> list[Finding]:
             out.append(
                 finding(
                     "segment-size",
-                    commitlog_file(s.name),
+                    s.rel,
                     f"segment is {s.size} bytes, mappedFileSizeCommitLog is {seg_size}",
                     commitlog_offset=s.start,
                     expected=str(seg_size),
@@ -152,8 +178,8 @@ def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSum
 
     The log's last written segment whose last record is a length mismatch, with no record after it and zeros after
     it, holds the first bytes of a record (TOTALSIZE and a few fields) written before the crash, followed by the
-    preallocated file's zeros. Its records end there (``torn``), and that record is not a damaged one; the broker's
-    recovery truncates the log at the same place.
+    preallocated file's zeros. Its records end there (``torn``; in a DLedger data file, at the entry holding it), and
+    that record is not a damaged one; the broker's recovery truncates the log at the same place.
     """
     out = dict(summaries)
     written = [seg for seg in segments if summaries[seg.name].messages or summaries[seg.name].damage]
@@ -163,9 +189,8 @@ def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSum
         return out
     if s.last_message_offset < last.commitlog_offset:
         detail = f"the first bytes of a record, then zeros ({last.detail})"
-        out[s.segment] = dataclasses.replace(
-            s, end_reason=END_TORN, end_offset=last.commitlog_offset, detail=detail, damage=s.damage[:-1]
-        )
+        at = last.commitlog_offset - written[-1].framing.header  # a DLedger entry starts before its record
+        out[s.segment] = dataclasses.replace(s, end_reason=END_TORN, end_offset=at, detail=detail, damage=s.damage[:-1])
     return out
 
 
@@ -176,7 +201,7 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     last = with_messages[-1] if with_messages else -1
     for i, seg in enumerate(segments):
         s = summaries[seg.name]
-        rel = commitlog_file(seg.name)
+        rel = seg.rel
         where = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
         if s.end_reason == END_UNREADABLE:
             findings.append(finding("unreadable-file", rel, s.detail, commitlog_offset=seg.start))
@@ -193,21 +218,38 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
 
 
 def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
-    """One finding per damaged record: a CRC mismatch is kept (it frames correctly), the others are not."""
+    """One finding per damaged record: a CRC mismatch (or a DLedger entry header out of line) is kept, it frames
+    correctly; the others are not. Then the DLedger entries that do not follow the previous segment's last."""
     out = []
     for seg in segments:
         for d in summaries[seg.name].damage:
-            kept = d.kind in (DAMAGE_CRC, "crc-property-mismatch")
+            kept = d.kind in KEPT_DAMAGE
             what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
             out.append(
                 finding(
                     d.kind,
-                    commitlog_file(seg.name),
+                    seg.rel,
                     f"{d.detail} ({what})",
                     commitlog_offset=d.commitlog_offset,
                     file_offset=d.commitlog_offset - seg.start,
                 )
             )
+    return out + entry_chain_findings(segments, summaries)
+
+
+def entry_chain_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
+    """A DLedger data file whose first entry's index is not the previous file's last + 1, or whose term is below
+    it: recovery stops there (``storelib.dledger``)."""
+    out = []
+    with_entries = [(seg, summaries[seg.name]) for seg in segments if summaries[seg.name].first_entry_index >= 0]
+    for (_, prev), (seg, s) in itertools.pairwise(with_entries):
+        where = {"commitlog_offset": seg.start, "file_offset": 0}
+        if s.first_entry_index != prev.last_entry_index + 1:
+            message = f"entry index {s.first_entry_index} after {prev.last_entry_index} (end of {prev.segment})"
+            out.append(finding(ENTRY_INDEX, seg.rel, message, **where))
+        if s.first_entry_term < prev.last_entry_term:
+            message = f"term {s.first_entry_term} after term {prev.last_entry_term} (end of {prev.segment})"
+            out.append(finding(ENTRY_TERM, seg.rel, message, **where))
     return out
 
 

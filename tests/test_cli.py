@@ -22,7 +22,7 @@ from storelib.errors import (
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the verbs the README documents, each ``rmqstore <verb>`` and ``spark-submit jobs/<verb>.py``
-README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "demo"}
+README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "convert", "demo"}
 
 
 def test_parser_has_every_verb_and_each_is_a_spark_submit_script() -> None:

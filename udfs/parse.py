@@ -15,6 +15,7 @@ a temporary name and moved into place, so a task that runs twice leaves the same
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import resource
 import zlib
@@ -26,9 +27,10 @@ import pyarrow as pa
 from storelib import batchcq
 from storelib.commitlog import END_UNREADABLE, RecordBatch, SegmentScanner
 from storelib.config import BrokerConfig
-from storelib.constants import CQ_STORE_UNIT_SIZE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.consumequeue import encode_units
 from storelib.dispatch import Dispatch, dispatch_batch, rule_inputs
+from storelib.dledger import entry_damage
 from storelib.segments import Damage, Segment, SegmentSummary
 from storelib.versions import RuleInputs
 from udfs.fs import resolve, write_file
@@ -150,6 +152,24 @@ def index_scratch_path(scratch_uri: str, segment: str) -> str:
     return f"{scratch_uri.rstrip('/')}/index-entries-{segment}"
 
 
+def dledger_units_path(scratch_uri: str, segment: str) -> str:
+    """Where a parse leaves a DLedger segment's entry headers, as the index units they should have."""
+    return f"{scratch_uri.rstrip('/')}/dledger-units-{segment}"
+
+
+def entry_range(entries: list[np.ndarray]) -> dict[str, int]:
+    """SegmentSummary's index and term of a DLedger segment's first and last entry (none: no fields)."""
+    if not entries:
+        return {}
+    first, last = entries
+    return {
+        "first_entry_index": int(first["index"]),
+        "first_entry_term": int(first["term"]),
+        "last_entry_index": int(last["index"]),
+        "last_entry_term": int(last["term"]),
+    }
+
+
 def summary_path(scratch_uri: str, segment: str) -> str:
     """Where a parse leaves a segment's SegmentSummary (JSON)."""
     return f"{scratch_uri.rstrip('/')}/summary-{segment}.json"
@@ -188,6 +208,15 @@ class _Tally:
         self.crc = 0
         self.after: dict[int, int] = {}  # damaged record's offset -> message records at or after it
         self.inputs = RuleInputs()
+        self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
+
+    def add_entries(self, b: RecordBatch) -> None:
+        """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.dledger``)."""
+        units = b.entries
+        before = None if not self.entries else (int(self.entries[-1]["index"]), int(self.entries[-1]["term"]))
+        for at, kind, detail in entry_damage(units, b.physical_offset - DLEDGER_ENTRY_HEADER, before):
+            self.damage.append(Damage(kind, at, detail))
+        self.entries = [self.entries[0] if self.entries else units[0], units[-1]]
 
     def add(self, b: RecordBatch, d: Dispatch, damaged: list[int], cfg: BrokerConfig) -> None:
         """Take a batch; ``damaged``: the commitlog offsets of the damaged records found so far."""
@@ -219,19 +248,29 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
     sfs, entries_path = resolve(index_scratch_path(scratch, seg.name))
     sfs.create_dir(entries_path.rsplit("/", 1)[0], recursive=True)
     tally, scanner = _Tally(), None
-    with sfs.open_output_stream(entries_path + ".tmp") as index_out:
+    units_path = resolve(dledger_units_path(scratch, seg.name))[1] + ".tmp"
+    dledger = seg.framing.header > 0
+    units_out = sfs.open_output_stream(units_path) if dledger else contextlib.nullcontext()
+    with sfs.open_output_stream(entries_path + ".tmp") as index_out, units_out as u:
         try:
             with fs.open_input_stream(path) as stream:
-                scanner = SegmentScanner(stream, seg.name, seg.start, seg.size, check_crc=cfg.checkCRCOnRecover)
+                scanner = SegmentScanner(
+                    stream, seg.name, seg.start, seg.size, check_crc=cfg.checkCRCOnRecover, framing=seg.framing
+                )
                 for b in scanner:
                     d = dispatch_batch(b, cfg)
                     yield cq_runs(seg.name, b, d) if mode == "dispatch" else message_rows(seg.name, b, d)
                     index_out.write(index_entries(b, d))
+                    if b.entries is not None:
+                        u.write(b.entries.tobytes())
+                        tally.add_entries(b)
                     tally.add(b, d, [x.offset for x in scanner.damage], cfg)
             end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")
     sfs.move(entries_path + ".tmp", entries_path)
+    if dledger:
+        sfs.move(units_path, units_path.removesuffix(".tmp"))
     found = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
     damage = [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in found]
     damage += [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in tally.damage]
@@ -250,6 +289,7 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
         fingerprint=f"crc32:{tally.crc:08x}:{scanner.messages if scanner else 0}",
         damage=tuple(sorted(damage, key=lambda x: x.commitlog_offset)),
         rule_inputs=tally.inputs,
+        **entry_range(tally.entries),
     )
     _, spath = resolve(summary_path(scratch, seg.name))
     write_file(sfs, spath + ".tmp", summary.to_json().encode())

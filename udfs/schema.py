@@ -73,3 +73,14 @@ INDEX_SUMMARY_SCHEMA = pa.schema(
         ("index_count", pa.int32()),
     ]
 )
+
+#: a DLedger index file: built by a rebuild (units written), or a live one compared with it (first_bad, bad)
+DLEDGER_INDEX_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),  # store-relative: dledger-<selfId>/index/<20-digit offset>
+        ("units", pa.int64()),  # units up to the last entry's
+        ("first_bad", pa.int64()),  # audit: first unit that differs, -1 none
+        ("bad", pa.int64()),  # audit: units that differ
+        ("live_size", pa.int64()),  # audit: the live file's size, -1 when it is missing
+    ]
+)

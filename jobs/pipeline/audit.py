@@ -26,6 +26,7 @@ from typing import Any
 from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_queues import audit_queues, stopping_queues
 from jobs.pipeline.context import Run
+from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
@@ -172,6 +173,7 @@ def _audit(
     with Progress(a.run, len(a.rebuild_report["consume_queues"]), 0, "queues"):
         queue_rows = audit_queues(a)
     _audit_commitlog(a, summaries, max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1))
+    audit_dledger(a)
     with Progress(a.run, len(a.rebuild_report["index_files"]), 0, "index files"):
         index_rows, keys = audit_index(a)
     in_use = in_use_finding(before, store_state(a.store))

@@ -23,8 +23,25 @@ from storelib.layout import (
     is_valid_topic,
     parse_offset_name,
     parse_queue_id,
+    segment_dirs,
 )
+from storelib.segments import ListedFile
 from udfs.fs import join, list_files, resolve
+
+
+def segment_files(store: str) -> tuple[list[str], list[ListedFile]]:
+    """The store-relative directories holding log segments that exist (``commitlog/``, ``dledger-<selfId>/data``:
+    storelib.layout.segment_dirs), and every file in them (names and sizes, nothing read)."""
+    fs, root = resolve(store)
+    entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    names = [i.base_name for i in entries if i.type == pafs.FileType.Directory]
+    dirs = [d for d in segment_dirs(names) if fs.get_file_info(join(root, d)).type == pafs.FileType.Directory]
+    listed = [
+        ListedFile(i.base_name, i.size, f"{store.rstrip('/')}/{d}/{i.base_name}" if "://" in store else i.path, d)
+        for d in dirs
+        for i in list_files(fs, join(root, d))
+    ]
+    return dirs, listed
 
 
 def store_broker_config(store: str, path: str | None) -> BrokerConfig:
@@ -32,8 +49,7 @@ def store_broker_config(store: str, path: str | None) -> BrokerConfig:
 
     The note (size taken from the files, or a config contradicting them) goes to stderr.
     """
-    fs, root = resolve(store)
-    sizes = [i.size for i in list_files(fs, join(root, COMMITLOG)) if parse_offset_name(i.base_name) is not None]
+    sizes = [f.size for f in segment_files(store)[1] if parse_offset_name(f.name) is not None]
     cfg, note = load_store_config(path, sizes)
     if note:
         print(f"note: {note}", file=sys.stderr)
@@ -137,9 +153,10 @@ def list_index(store: str) -> tuple[list[str], list[Finding]]:
 
 
 def store_state(store: str) -> dict[str, Any]:
-    """What changes while a broker writes: commitlog sizes and modification times, and the lock."""
+    """What changes while a broker writes: log segment sizes and modification times, and the lock."""
     fs, root = resolve(store)
-    files = {i.base_name: (i.size, i.mtime_ns) for i in list_files(fs, join(root, COMMITLOG))}
+    dirs = segment_files(store)[0]
+    files = {f"{d}/{i.base_name}": (i.size, i.mtime_ns) for d in dirs for i in list_files(fs, join(root, d))}
     return {"commitlog": files, "locked": lock_held(store), "at": dt.datetime.now(dt.UTC)}
 
 

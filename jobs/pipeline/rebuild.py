@@ -31,11 +31,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
-from jobs.pipeline.listing import check_outside_store
+from jobs.pipeline.dledger import write_index as write_dledger_index
+from jobs.pipeline.listing import check_outside_store, segment_files
 from jobs.pipeline.progress import Progress
 from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.checkpoint import Checkpoint
-from storelib.commitlog import SegmentScanner
+from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics
 from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
 from storelib.errors import BadInput, DamageStop, StoreFormatError
@@ -55,7 +56,6 @@ from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
     RECORD_DAMAGE,
-    ListedFile,
     Segment,
     SegmentSummary,
     damage_findings,
@@ -74,7 +74,7 @@ from storelib.versions import (
     select,
     version_text,
 )
-from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
+from udfs.fs import delete_tree, is_object_store, join, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
     CQ_RUN_SCHEMA,
@@ -115,18 +115,14 @@ class RebuildResult:
 
 
 def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Finding]]:
-    """The commitlog segments in offset order, and findings about their names, sizes and gaps."""
-    fs, root = resolve(store)
-    commitlog = join(root, COMMITLOG)
-    if fs.get_file_info(commitlog).type != pafs.FileType.Directory:
-        raise BadInput(f"{store}: no commitlog directory (is this a store root?)")
-    listed = [
-        ListedFile(i.base_name, i.size, f"{store.rstrip('/')}/{COMMITLOG}/{i.base_name}" if "://" in store else i.path)
-        for i in list_files(fs, commitlog)
-    ]
+    """The log segments in offset order (``commitlog/``, DLedger data files), and findings about their names,
+    sizes and gaps."""
+    dirs, listed = segment_files(store)
+    if not dirs:
+        raise BadInput(f"{store}: no commitlog directory, nor a DLedger one (is this a store root?)")
     segments, findings = plan_segments(listed, cfg)
     if not segments:
-        raise BadInput(f"{store}: the commitlog directory holds no segments")
+        raise BadInput(f"{store}: {' and '.join(dirs)} hold no segments")
     return segments, findings
 
 
@@ -162,7 +158,10 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
         topics |= set(rocksdb_batch_cq_topics(topics_db))
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = "defaultRocksDB" if rocksdb else cfg.storeType
-    cfg = dataclasses.replace(cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
+    dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
+    cfg = dataclasses.replace(
+        cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type, enableDLegerCommitLog=dledger
+    )
     rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
     return dataclasses.replace(cfg, brokerVersion=version_text(rules.rules.first)), rules
 
@@ -203,7 +202,8 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
     for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
         data = _read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
-        for b in SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False):
+        scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
+        for b in scanner:
             d = dispatch_batch(b, cfg49)
             counts.update(record_clues(b, counts))
             topics, tags, uniq = b.topic, d.tags, d.uniq_key
@@ -386,8 +386,8 @@ def judge(
             "(--on-error skip-segment leaves the damaged segments out)",
             findings,
         )
-    bad = {f.file.split("/", 1)[1] for f in errors if f.file.startswith(f"{COMMITLOG}/")}
-    skipped = sorted(s.name for s in segments if s.name in bad)
+    bad = {f.file for f in errors}
+    skipped = sorted(s.name for s in segments if s.rel in bad)
     message = f"--on-error skip-segment: {len(skipped)} damaged segment(s) left out of the index: " + ", ".join(skipped)
     findings.append(finding("segments-skipped", COMMITLOG, message, count=len(skipped)))
     return skipped
@@ -456,6 +456,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
                 parsed.set()
         indexed = indexing.result()
         summaries, index_files = indexed.summaries, indexed.index_files
+        dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:
             queues = _without(run, runs, staging, indexed.skipped)
         for q in queues:
@@ -463,6 +464,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
         report["broker_rules"] = run.broker_rules[store].to_dict()
+        report["dledger_index_files"] = dledger_index_files
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())

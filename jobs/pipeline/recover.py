@@ -40,7 +40,7 @@ from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
 from storelib.errors import BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence
-from storelib.layout import inside
+from storelib.layout import inside, segment_dirs
 from storelib.plan import ACTIONS, CHECKPOINT, Plan, Step, recover_plan
 from storelib.verdict import closing_line, plan_lines
 from udfs.fs import join, read_file, resolve
@@ -60,8 +60,9 @@ def check_stopped(store: str) -> None:
     if not is_local(store):
         raise Refused(f"{store} is not a local path: recover works on a stopped broker's local store only")
     root = local_path(store)
-    if not (root / "commitlog").is_dir():
-        raise Refused(f"{root} has no commitlog directory: not a store root")
+    names = [e.name for e in root.iterdir() if e.is_dir()] if root.is_dir() else []
+    if not any((root / d).is_dir() for d in segment_dirs(names)):
+        raise Refused(f"{root} has no commitlog directory, nor a DLedger one: not a store root")
     if lock_held(store):
         raise Refused(f"{root / 'lock'} is locked by another process: the broker is running; stop it first")
     if (root / "abort").exists():

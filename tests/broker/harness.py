@@ -36,13 +36,20 @@ CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).exp
 
 # broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1)
 VERSIONS = {"5.5.0": "5.5.0", "5.3.3": "5.3.3", "4.9.7": "4.9.8"}
+# A one-node DLedger group (DLedgerCommitLog): n0 elects itself leader. dLegerPeers (n0-127.0.0.1:<port>) is
+# added at each start, like listenPort; the saved broker.conf has no port.
+DLEDGER_SETTINGS = {"enableDLegerCommitLog": "true", "dLegerGroup": "oracle-a", "dLegerSelfId": "n0"}
 # variant -> broker settings on top of STORE_SETTINGS, and the versions it is made for
 VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "default": ({}, tuple(VERSIONS)),
     "crc": ({"enabledAppendPropCRC": "true"}, ("5.5.0", "5.3.3")),
     "rocksdb": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
     "kill9": ({}, tuple(VERSIONS)),
+    "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
+    "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
 }
+# variants whose broker is killed with kill -9 in the middle of the send burst
+KILL9_VARIANTS = ("kill9", "dledger-kill9")
 # The store settings (those of /work/shared/fixtures/rocketmq-5.5.0-sample) written to the cached broker.conf.
 STORE_SETTINGS = {
     "brokerClusterName": "OracleCluster",
@@ -65,7 +72,7 @@ STORE_SETTINGS = {
     "storeType": "default",
 }
 # variants whose store gets served.jsonl (kill9: the oracle for recovery; rocksdb: no ConsumeQueue files to read)
-SERVED_VARIANTS = ("kill9", "rocksdb")
+SERVED_VARIANTS = (*KILL9_VARIANTS, "rocksdb")
 # the broker's own queues a store may hold besides those the workload sends to
 SYSTEM_QUEUES = [
     "RMQ_SYS_TRANS_HALF_TOPIC/0",
@@ -300,6 +307,8 @@ def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Ite
     run = {"brokerIP1": "127.0.0.1", "listenPort": str(port), "namesrvAddr": f"127.0.0.1:{ns_port}"}
     run["storePathRootDir"] = str(run_dir / "store")
     run["storePathCommitLog"] = str(run_dir / "store" / "commitlog")
+    if settings.get("enableDLegerCommitLog") == "true":
+        run["dLegerPeers"] = f"{settings['dLegerSelfId']}-127.0.0.1:{free_broker_port()}"
     (conf / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in {**settings, **run}.items()))
     procs = [_start_server(run_dir, lib, "namesrv.NamesrvStartup", conf / "namesrv.conf")]
     try:
@@ -374,7 +383,7 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
     shutil.rmtree(work, ignore_errors=True)
     began = time.monotonic()
     with running_broker(version, work, settings) as broker:
-        _send_workload(broker, work, variant == "kill9", seed)
+        _send_workload(broker, work, variant in KILL9_VARIANTS, seed)
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)
