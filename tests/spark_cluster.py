@@ -3,8 +3,11 @@
 The worker (and every executor JVM and Python worker it starts) runs in a private mount namespace with a tmpfs
 on /tmp, as on YARN or Kubernetes where an executor's local disk is not the driver's: a job that hands files from
 driver to executors through the driver's /tmp fails here as it would there. Stores and outputs go under
-``Cluster.shared`` (under /var/tmp), which both sides see. ``Cluster.submit`` runs ``spark-submit jobs/<verb>.py``
-the way conf/nightly-audit.sh does (the project zipped with --py-files). Everything is killed at the end.
+``Cluster.shared`` (under /var/tmp), which both sides see. What a cluster node has installed, the checkout (its
+.venv: Spark and Python) and the shared fixtures, stays visible to the worker even when it lies under /tmp (a
+clone in /tmp): those directories are bound back into the private /tmp, nothing else of the driver's /tmp is.
+``Cluster.submit`` runs ``spark-submit jobs/<verb>.py`` the way conf/nightly-audit.sh does (the project zipped
+with --py-files). Everything is killed at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from shlex import quote
 
 import pytest
 
@@ -32,6 +36,7 @@ SHARED_PARENT = Path("/var/tmp")
 START_TIMEOUT = 90.0
 SUBMIT_TIMEOUT = 600.0
 PRIVATE_TMP = "mount -t tmpfs -o size=4g tmpfs /tmp"
+HOST_TMP = "/var/tmp/.rmqstore-host-tmp"  # in the worker's namespace only: the driver's /tmp, while binding back
 
 
 def spark_home() -> Path:
@@ -71,6 +76,28 @@ def mount_namespace_problem() -> str | None:
         timeout=30,
     )
     return None if probe.returncode == 0 else f"cannot make a mount namespace: {probe.stderr.strip()}"
+
+
+def installed_dirs() -> list[Path]:
+    """What every node of a cluster has: the checkout (with its .venv) and the shared fixtures, when they exist."""
+    from tests.conftest import FIXTURE_DIR
+
+    return [p for p in (ROOT, Path(sys.prefix), FIXTURE_DIR.parent) if p.is_dir()]
+
+
+def bound_from(path: Path) -> str:
+    """Where ``path`` (under /tmp) is seen once the driver's /tmp is bound to HOST_TMP."""
+    return f"{HOST_TMP}/{path.relative_to('/tmp')}"
+
+
+def private_tmp_script(keep: list[Path]) -> str:
+    """Shell lines that put a tmpfs on /tmp and bind the directories of ``keep`` that lie under /tmp back into it."""
+    under_tmp = sorted({q for p in keep for q in (p.absolute(), p.resolve()) if q.is_relative_to("/tmp")})
+    binds = [f"mkdir -p {quote(str(p))} && mount --bind {quote(bound_from(p))} {quote(str(p))}" for p in under_tmp]
+    if not binds:
+        return PRIVATE_TMP
+    hide = [f"mkdir -p {HOST_TMP}", f"mount --bind /tmp {HOST_TMP}", PRIVATE_TMP, *binds, f"umount {HOST_TMP}"]
+    return " && ".join(hide)
 
 
 def processes_in_namespace(ns: str) -> list[tuple[int, str]]:
@@ -235,7 +262,7 @@ def standalone_cluster() -> Iterator[Cluster]:
             "private",
             "sh",
             "-c",
-            f'{PRIVATE_TMP} && exec "$@"',
+            f'{private_tmp_script(installed_dirs())} && exec "$@"',
             "sh",
         ]
         registered = "Successfully registered with master"
