@@ -15,6 +15,7 @@ from typing import Any
 from storelib.findings import KINDS
 
 #: findings the checkpoint step answers: the rewritten checkpoint moves crash recovery's start past them
+TORN_TAIL = "commitlog-torn-tail"
 CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
 #: findings that make the broker's DefaultMessageStore.load() fail: it exits instead of starting
 START_FAILS = {
@@ -188,10 +189,20 @@ def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> 
     return out
 
 
+def torn_tails(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The report's ``commitlog-torn-tail`` findings: recover zeroes them when given ``--truncate-torn-tail``."""
+    return [f for f in report["findings"] if f["kind"] == TORN_TAIL]
+
+
 def recover_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """recover's plan as the audit sees it: the report's ``repairs``, then the checkpoint (rewritten whenever another
-    file changes or a CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
+    """recover's plan as the audit sees it, run with the commands of ``recover_commands``: the report's ``repairs``,
+    a torn commitlog tail zeroed, then the checkpoint (rewritten whenever another file changes or a
+    CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
     steps = [{k: r[k] for k in ("action", "file", "reason")} for r in report["repairs"]]
+    steps += [
+        {"action": "truncate", "file": f["file"], "reason": TORN_TAIL, "offset": f["file_offset"]}
+        for f in torn_tails(report)
+    ]
     if steps or any(f["kind"] in CHECKPOINT_KINDS for f in report["findings"]):
         steps.append({"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"})
     return [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
@@ -208,8 +219,9 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config
-    (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and broker
+    release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path; ``--broker-version``
+    when the audit was given one), with ``--truncate-torn-tail`` when the log ends with a torn record."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
@@ -219,6 +231,11 @@ def recover_commands(report: Mapping[str, Any]) -> list[str]:
         argv += ["--broker-config", config["path"]]
     elif config and not config.get("defaults", True):
         argv += ["--broker-config", "BROKER_CONF"]
+    rules = run.get("broker_rules") or {}
+    if rules.get("source") == "--broker-version":
+        argv += ["--broker-version", rules["version"]]
+    if torn_tails(report):
+        argv.append("--truncate-torn-tail")
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

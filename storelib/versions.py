@@ -216,6 +216,7 @@ def select(version: str, facts: StoreFacts) -> tuple[RuleSet, dict[str, object]]
         return rules, {
             **rules.to_dict(),
             "source": "--broker-version",
+            "version": version,
             "why": f"--broker-version {version}",
             "clues": [],
         }

@@ -107,6 +107,24 @@ def test_a_torn_consume_queue_file_stops_the_broker_from_starting() -> None:
     assert v["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
 
 
+def test_a_torn_tail_is_in_the_plan_and_the_commands_truncate_it_with_the_given_release() -> None:
+    """The verdict says recover fixes a torn tail: its commands must be the ones that do (--truncate-torn-tail), and
+    name the release the audit was given, so that running them verbatim leaves nothing repairable."""
+    torn = finding("commitlog-torn-tail", "commitlog/00000000000008388608", "torn", commitlog_offset=9_078_976)
+    report = report_of(dict(torn.to_dict(), file_offset=690_368), exit_code=1)
+    report["run"]["broker_rules"] = {"name": "4.9", "source": "--broker-version", "version": "4.9.8"}
+    advice = verdict(report)["recover"]
+    given = "rmqstore recover --store '/data/store a' --broker-version 4.9.8 --truncate-torn-tail"
+    assert advice["commands"] == [given, given + " --apply"]
+    assert [(s["action"], s["file"], s.get("offset")) for s in advice["steps"]] == [
+        ("truncate", "commitlog/00000000000008388608", 690_368),
+        ("replace", "checkpoint", None),
+    ]
+    assert advice["remains"] == []
+    report["run"]["broker_rules"] = {"name": "4.9", "source": "detected"}
+    assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a' --truncate-torn-tail"
+
+
 def test_recover_is_not_offered_when_the_rebuilt_index_cannot_vouch_for_the_store() -> None:
     stale = finding("rebuilt-stale", "commitlog/00000000000000000000", "other records")
     v = verdict(report_of(stale.to_dict(), exit_code=2))
