@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := demo
 BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
+DIST_PYTHON ?= python3
 LOGS := build/logs
 STEP := bash conf/step.sh
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_GET := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q
 
-.PHONY: base setup java jars chromium run test test-quick lint bench clean
+.PHONY: base setup java jars chromium run test test-quick lint bench dist clean
 
 # base: what the jobs need (make run); setup adds the browser the report test renders in (make test)
 base: $(STAMP) java jars
@@ -65,5 +66,12 @@ lint: $(STAMP)
 bench: base
 	$(PY) -m jobs.bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
+# One package to ship to a cluster (jobs/dist.py): the wheel, the executors' Python environment packed with venv-pack,
+# the jars, and the spark-submit lines for YARN and Kubernetes. DIST_PYTHON: the Python the nodes run (3.11+).
+dist: base
+	@$(STEP) $(LOGS)/dist.log "dist/: the wheel, rmqstore-env.tar.gz (venv-pack) and jars/" \
+		$(PY) -m jobs.dist --python $(DIST_PYTHON)
+	@$(PY) -m jobs.dist --print-only
+
 clean:
-	rm -rf $(DEMO) .pytest_cache
+	rm -rf $(DEMO) dist .pytest_cache

@@ -239,9 +239,21 @@ def _start_daemon(
     return proc
 
 
+def bare_node_env(env: dict[str, str], python: str) -> dict[str, str]:
+    """``env`` for a node that has Spark but not the project's packages: ``python`` as PYSPARK_PYTHON, the venv
+    neither on PATH nor active."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = ":".join(p for p in env["PATH"].split(":") if p != venv_bin)
+    kept = {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    return {**kept, "PYSPARK_PYTHON": python, "PATH": path}
+
+
 @contextlib.contextmanager
-def standalone_cluster() -> Iterator[Cluster]:
-    """Start a master and a worker (2 cores, 2 GiB, private /tmp) on loopback; kill both and their children at exit."""
+def standalone_cluster(worker_python: str | None = None) -> Iterator[Cluster]:
+    """Start a master and a worker (2 cores, 2 GiB, private /tmp) on loopback; kill both and their children at exit.
+
+    ``worker_python``: the worker runs as a node without the project's packages (``bare_node_env``), its executors
+    with that Python unless a job brings its own (``--archives``); default: the venv's Python, as everywhere."""
     problem = mount_namespace_problem()
     if problem:
         pytest.skip(f"no standalone cluster with a private /tmp: {problem}")
@@ -266,10 +278,12 @@ def standalone_cluster() -> Iterator[Cluster]:
             "sh",
         ]
         registered = "Successfully registered with master"
-        worker = _start_daemon("worker.Worker", worker_args, env, shared / "worker.log", registered, private_tmp)
+        worker_env = bare_node_env(env, worker_python) if worker_python else env
+        worker = _start_daemon("worker.Worker", worker_args, worker_env, shared / "worker.log", registered, private_tmp)
         worker_ns = os.readlink(f"/proc/{worker.pid}/ns/mnt")  # unshare, sh and spark-class exec: pid is the JVM
         assert worker_ns != os.readlink("/proc/self/ns/mnt"), "the worker shares the driver's mount namespace"
-        yield Cluster(master_url, shared, env, zip_project(shared / "rmqstore.zip"), worker_ns)
+        submit_env = {**env, "PYSPARK_PYTHON": worker_python} if worker_python else env  # executors' default
+        yield Cluster(master_url, shared, submit_env, zip_project(shared / "rmqstore.zip"), worker_ns)
     finally:
         _stop(master, worker, worker_ns)
         shutil.rmtree(shared, ignore_errors=True)
