@@ -3,7 +3,8 @@
 1. Generates the demo store once (``--dir``/store, with its broker.conf); later runs reuse it.
 2. A rescue: copies it to ``--dir``/rescue/store and breaks the copy the ways real incidents do
    (storelib.incidents: one topic's ``consumequeue/`` lost, a ConsumeQueue file zeroed, a torn commitlog tail),
-   audits it (the verdict and the exact recover command), runs that command with ``--apply``, audits again
+   audits it (the verdict and the exact recover command), runs that command with ``--apply`` (and
+   ``--truncate-torn-tail``, which the report's plan names for the torn tail), audits again
    (clean), and prints the command that undoes the rescue.
 3. The healthy store: rebuilds its index and audits it against the rebuild.
 
@@ -129,7 +130,8 @@ def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = 
 
 
 def rescue(d: Demo) -> int:
-    """Break a copy, audit it, run the verdict's own --apply command, audit again, say how to undo."""
+    """Break a copy, audit it, run the verdict's own --apply command (with --truncate-torn-tail when its plan leaves
+    the torn tail for it), audit again, say how to undo."""
     from jobs.audit_report import verdict_lines
 
     break_copy(d)
@@ -139,9 +141,11 @@ def rescue(d: Demo) -> int:
     if report is None:
         return code
     print("\n".join(verdict_lines(report)))
-    apply_ = report["verdict"]["recover"]["commands"][-1]
-    print(f"== the verdict's command: {apply_}")
-    code, lines = d.verb("recover", [*shlex.split(apply_)[1:], *d.spark])
+    apply_ = shlex.split(report["verdict"]["recover"]["commands"][-1])[1:]
+    if any(r["kind"] == "commitlog-torn-tail" for r in report["verdict"]["recover"]["remains"]):
+        apply_.append("--truncate-torn-tail")  # what the report's plan says the torn tail stays without
+    print(f"== the verdict's command, and what its plan says the torn tail needs: rmqstore {shlex.join(apply_)}")
+    code, lines = d.verb("recover", [*apply_, *d.spark])
     print("\n".join(f"  {line}" for line in lines if line.startswith("recover:")))
     if code:
         return d.failed("recover", code, lines)

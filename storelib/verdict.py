@@ -13,10 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from storelib.findings import KINDS
+from storelib.plan import CHECKPOINT_KINDS
 
-#: findings the checkpoint step answers: the rewritten checkpoint moves crash recovery's start past them
-TORN_TAIL = "commitlog-torn-tail"
-CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
 #: findings that make the broker's DefaultMessageStore.load() fail: it exits instead of starting
 START_FAILS = {
     "cq-torn-file": "a ConsumeQueue file has the wrong length",
@@ -124,7 +122,26 @@ def broker_outcome(report: Mapping[str, Any], cut: Mapping[str, Any] | None) -> 
             f"{lost} after it are lost to consumers."
         )
     how = "after crash recovery (abort exists); no sound record is lost" if crash else "normally"
-    return "start", f"The broker would start {how}" + (", with the damage below." if divergences(report) else ".")
+    return "start", f"The broker would start {how}" + _recovery_words(report) + (
+        ", with the damage below." if divergences(report) else "."
+    )
+
+
+def _recovery_words(report: Mapping[str, Any]) -> str:
+    """``; its recovery starts at commitlog offset N and dispatches A to B again`` (report.json's run.restart)."""
+    r = report["run"].get("restart")
+    if not r:
+        return ""
+    by_release = report["run"].get("restart_by_release") or {}
+    if by_release:
+        each = "; ".join(f"{v}: offset {x['start_offset']:,}" for v, x in by_release.items())
+        return f"; where its recovery starts depends on the release ({each}): give --broker-version to know"
+    again = (
+        f" and dispatches {r['dispatch_from']:,} to {r['truncate_at']:,} again"
+        if r["dispatch_from"] < r["truncate_at"]
+        else ""
+    )
+    return f"; its recovery ({r['rules']} rules) starts at commitlog offset {r['start_offset']:,}{again}"
 
 
 def problem_lines(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -189,22 +206,9 @@ def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> 
     return out
 
 
-def torn_tails(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The report's ``commitlog-torn-tail`` findings: recover zeroes them when given ``--truncate-torn-tail``."""
-    return [f for f in report["findings"] if f["kind"] == TORN_TAIL]
-
-
 def recover_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """recover's plan as the audit sees it, run with the commands of ``recover_commands``: the report's ``repairs``,
-    a torn commitlog tail zeroed, then the checkpoint (rewritten whenever another file changes or a
-    CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
-    steps = [{k: r[k] for k in ("action", "file", "reason")} for r in report["repairs"]]
-    steps += [
-        {"action": "truncate", "file": f["file"], "reason": TORN_TAIL, "offset": f["file_offset"]}
-        for f in torn_tails(report)
-    ]
-    if steps or any(f["kind"] in CHECKPOINT_KINDS for f in report["findings"]):
-        steps.append({"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"})
+    """recover's plan (report.json's ``plan``, storelib.plan.recover_plan), each step with the findings it fixes."""
+    steps = report.get("plan", {}).get("steps", [])
     return [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
 
 
@@ -219,9 +223,8 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and broker
-    release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path; ``--broker-version``
-    when the audit was given one), with ``--truncate-torn-tail`` when the log ends with a torn record."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and
+    given release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
@@ -234,8 +237,6 @@ def recover_commands(report: Mapping[str, Any]) -> list[str]:
     rules = run.get("broker_rules") or {}
     if rules.get("source") == "--broker-version":
         argv += ["--broker-version", rules["version"]]
-    if torn_tails(report):
-        argv.append("--truncate-torn-tail")
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

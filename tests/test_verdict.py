@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from storelib.findings import finding
+from storelib.findings import Finding, finding
+from storelib.plan import recover_plan
 from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
 
 DATA = Path(__file__).parent / "data"
@@ -21,6 +22,12 @@ CRASHED_STORE = "/tmp/report-crashed"
 BROKER_CONF = "/work/shared/fixtures/rocketmq-4.9.8-sample/broker.conf"
 # DAMAGE.md: recovery stops at the first CRC failure, physical offset 1,965,519, keeping 6,836 of 11,967 messages
 TRUNCATED_AT, MESSAGES_KEPT, MESSAGES = 1_965_519, 6_836, 11_967
+
+
+def with_plan(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with recover's plan as the audit puts it there (no rebuilt queue the broker stops at)."""
+    findings = [Finding.from_dict(f) for f in report["findings"]]
+    return dict(report, plan=recover_plan(findings, report["repairs"], {}, truncate=False).to_dict())
 
 
 def crashed() -> dict[str, Any]:
@@ -32,12 +39,19 @@ def crashed() -> dict[str, Any]:
 
 def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exit_code: int = 1) -> dict[str, Any]:
     """A minimal report.json around ``findings`` (dicts of storelib.findings.finding)."""
-    return {
-        "run": {"store": "/data/store a", "rebuilt": "/tmp/w/rebuilt", "rebuilt_temporary": True, "broker_config": {}},
-        "summary": {"exit_code": exit_code, "commitlog": {"min_offset": 0, "max_offset": 1000}},
-        "findings": list(findings),
-        "repairs": list(repairs),
-    }
+    return with_plan(
+        {
+            "run": {
+                "store": "/data/store a",
+                "rebuilt": "/tmp/w/rebuilt",
+                "rebuilt_temporary": True,
+                "broker_config": {},
+            },
+            "summary": {"exit_code": exit_code, "commitlog": {"min_offset": 0, "max_offset": 1000}},
+            "findings": list(findings),
+            "repairs": list(repairs),
+        }
+    )
 
 
 def test_the_crashed_store_is_truncated_where_the_real_broker_truncated_it() -> None:
@@ -105,24 +119,6 @@ def test_a_torn_consume_queue_file_stops_the_broker_from_starting() -> None:
     assert "refuses to start" in v["headline"]
     assert [s["file"] for s in v["recover"]["steps"]] == [torn.file, "checkpoint"]
     assert v["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
-
-
-def test_a_torn_tail_is_in_the_plan_and_the_commands_truncate_it_with_the_given_release() -> None:
-    """The verdict says recover fixes a torn tail: its commands must be the ones that do (--truncate-torn-tail), and
-    name the release the audit was given, so that running them verbatim leaves nothing repairable."""
-    torn = finding("commitlog-torn-tail", "commitlog/00000000000008388608", "torn", commitlog_offset=9_078_976)
-    report = report_of(dict(torn.to_dict(), file_offset=690_368), exit_code=1)
-    report["run"]["broker_rules"] = {"name": "4.9", "source": "--broker-version", "version": "4.9.8"}
-    advice = verdict(report)["recover"]
-    given = "rmqstore recover --store '/data/store a' --broker-version 4.9.8 --truncate-torn-tail"
-    assert advice["commands"] == [given, given + " --apply"]
-    assert [(s["action"], s["file"], s.get("offset")) for s in advice["steps"]] == [
-        ("truncate", "commitlog/00000000000008388608", 690_368),
-        ("replace", "checkpoint", None),
-    ]
-    assert advice["remains"] == []
-    report["run"]["broker_rules"] = {"name": "4.9", "source": "detected"}
-    assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a' --truncate-torn-tail"
 
 
 def test_recover_is_not_offered_when_the_rebuilt_index_cannot_vouch_for_the_store() -> None:
@@ -208,3 +204,11 @@ def test_settings_from_an_unnamed_file_leave_a_placeholder_not_the_defaults() ->
     report["run"]["broker_config"]["defaults"] = True
     assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
     assert [s["file"] for s in verdict(report)["recover"]["steps"]] == ["checkpoint"]
+
+
+def test_a_restart_that_depends_on_an_unknown_release_is_said_so() -> None:
+    report = report_of()
+    report["run"]["restart"] = {"rules": "5.0", "start_offset": 0, "dispatch_from": 0, "truncate_at": 0}
+    report["run"]["restart_by_release"] = {"5.2.0": {"start_offset": 65_536}, "5.3.2": {"start_offset": 262_144}}
+    headline = verdict(report)["headline"]
+    assert "depends on the release (5.2.0: offset 65,536; 5.3.2: offset 262,144): give --broker-version" in headline
