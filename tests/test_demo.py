@@ -55,7 +55,7 @@ def test_the_demo_is_short_names_its_outputs_and_gives_every_verb_the_release(de
     root, done = demo
     lines = done.stdout.splitlines()
     assert len(lines) <= MAX_LINES, done.stdout
-    assert done.stderr == ""
+    assert done.stderr == "", done.stderr
     for path in ("rescue/audit-before/report.html", "rescue/audit-after/report.html", "audit-report/report.html"):
         assert (root / path).is_file() and str(root / path) in done.stdout
     logs = sorted((root / "logs").glob("*.log"))
