@@ -49,7 +49,8 @@ jars: $(STAMP) java
 		|| $(STEP) $(LOGS)/maven.log "Maven, to fetch the jars (apt-get install maven)" sh -c '$(APT_GET) maven'
 	@$(STEP) $(LOGS)/jars.log "Delta and S3A jars (conf/jars/jars.lock)" $(PY) -m jobs.jars
 
-# The main job end to end on the built-in demo store: generate once, rebuild, audit.
+# The main job end to end (jobs/demo.py): a broken copy of the demo store audited, recovered, audited clean; then
+# the healthy store rebuilt and audited. The demo store is generated once.
 run: base
 	@$(VENV)/bin/rmqstore demo --dir $(DEMO)
 
