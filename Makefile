@@ -1,66 +1,78 @@
-# Every target sets itself up: a fresh machine needs nothing but python3 and make.
+# Every target sets itself up: a fresh machine needs nothing but python3 and make. Each setup step prints one
+# line (what, how long); its whole output goes to build/logs/<step>.log, shown only when the step fails.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := demo
 BENCH_DIR ?= $(HOME)/.cache/rmq-store-rebuild/bench
+DIST_PYTHON ?= python3
+LOGS := build/logs
+STEP := bash conf/step.sh
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_GET := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q
 
-.PHONY: setup java jars chromium run test test-quick lint bench clean
+.PHONY: base setup java jars chromium run test test-quick lint bench dist clean
 
-setup: $(STAMP) java jars chromium
+# base: what the jobs need (make run); setup adds the browser the report test renders in (make test)
+base: $(STAMP) java jars
+setup: base chromium
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	rm -f $(VENV)/.installed-* && touch $@
+	@$(STEP) $(LOGS)/python.log "Python packages into $(VENV) (pip install -e '.[dev]')" sh -c '\
+		{ test -x $(PY) || $(PYTHON) -m venv $(VENV); } \
+		&& $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e ".[dev]"'
+	@rm -f $(VENV)/.installed-* && touch $@
 
 # Spark 4 needs Java 17+: install Debian's headless JRE when it is missing or too old.
 java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
-		echo "installing openjdk-17-jre-headless (found java: $${v:-none})"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless; \
-	fi
+		$(STEP) $(LOGS)/java.log "Java 17 (apt-get install openjdk-17-jre-headless; found: $${v:-none})" \
+			sh -c '$(APT_GET) openjdk-17-jre-headless'; \
+	else echo "Java $$v: installed"; fi
 
 # The report test renders report.html in headless Chromium (Debian's, no browser download), with fonts that show
 # CJK and emoji message keys. When it cannot be installed the browser tests are skipped, saying why.
 chromium:
 	@if ! command -v chromium >/dev/null || ! fc-list 2>/dev/null | grep -q "Noto Sans CJK" \
 		|| ! fc-list 2>/dev/null | grep -q "Noto Color Emoji"; then \
-		echo "installing chromium, fonts-noto-cjk and fonts-noto-color-emoji"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		{ $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-			chromium fonts-noto-cjk fonts-noto-color-emoji; } \
+		$(STEP) $(LOGS)/chromium.log "Chromium and Noto fonts, for the report test (apt-get)" \
+			sh -c '$(APT_GET) chromium fonts-noto-cjk fonts-noto-color-emoji' \
 		|| echo "could not install chromium: the browser tests (tests/test_report_html.py) will be skipped"; \
-	fi
+	else echo "Chromium and Noto fonts: installed"; fi
 
 # Delta and S3A jars for spark.jars (jobs/jars.py): fetched once with Maven (Debian's, installed when missing and
 # the cache is not complete), checked against conf/jars/jars.lock; offline once cached.
 jars: $(STAMP) java
-	@$(PY) -m jobs.jars --check >/dev/null || command -v mvn >/dev/null || { \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq maven; }
-	$(PY) -m jobs.jars
+	@$(PY) -m jobs.jars --check >/dev/null 2>&1 || command -v mvn >/dev/null \
+		|| $(STEP) $(LOGS)/maven.log "Maven, to fetch the jars (apt-get install maven)" sh -c '$(APT_GET) maven'
+	@$(STEP) $(LOGS)/jars.log "Delta and S3A jars (conf/jars/jars.lock)" $(PY) -m jobs.jars
 
-# The main job end to end on the built-in demo store: generate once, rebuild, audit.
-run: setup
-	$(VENV)/bin/rmqstore demo --dir $(DEMO)
+# The main job end to end (jobs/demo.py): a broken copy of the demo store audited, recovered, audited clean; then
+# the healthy store rebuilt and audited. The demo store is generated once.
+run: base
+	@$(VENV)/bin/rmqstore demo --dir $(DEMO)
 
 test: setup
 	$(PY) -m pytest -q
 
 # The quick subset: no real brokers, standalone cluster, S3 server or browser.
-test-quick: setup
+test-quick: base
 	$(PY) -m pytest -q -m "not broker and not cluster and not s3 and not browser"
 
-lint: setup
+lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-bench: setup
+bench: base
 	$(PY) -m jobs.bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
+# One package to ship to a cluster (jobs/dist.py): the wheel, the executors' Python environment packed with venv-pack,
+# the jars, and the spark-submit lines for YARN and Kubernetes. DIST_PYTHON: the Python the nodes run (3.11+).
+dist: base
+	@$(STEP) $(LOGS)/dist.log "dist/: the wheel, rmqstore-env.tar.gz (venv-pack) and jars/" \
+		$(PY) -m jobs.dist --python $(DIST_PYTHON)
+	@$(PY) -m jobs.dist --print-only
+
 clean:
-	rm -rf $(DEMO) .pytest_cache
+	rm -rf $(DEMO) dist .pytest_cache

@@ -13,8 +13,8 @@
 #     are not cached (~/.cache/rmq-store-rebuild/jars, as conf/jars/jars.lock lists them; they are then
 #     passed with --jars, S3A included); set it empty to read the
 #     history with the deltalake Python package instead (the history is always appended by deltalake)
-#   PY_ENV_ARCHIVE []: a venv-pack/conda-pack archive of this project's Python environment (pyarrow,
-#     deltalake), unpacked on every node as ./env; leave empty when the nodes already have it
+#   PY_ENV_ARCHIVE []: the packed Python environment of `make dist` (dist/rmqstore-env.tar.gz: the project and
+#     numba, pyarrow, rocksdict, deltalake...), unpacked on every node as ./env; empty when the nodes have them
 #   AWS_ENDPOINT_URL, AWS_REGION: passed on to the executors (credentials: the nodes' own, e.g. instance roles)
 # Many audits append to one history table at once: the driver commits each with deltalake (delta-rs), whose
 # conditional writes on S3 lose no commit; no DynamoDB lock table is needed. Never write it with delta-spark.

@@ -12,6 +12,7 @@ if __package__ in (None, ""):
 
 import argparse
 import datetime as dt
+import glob
 import sys
 from typing import Any
 
@@ -20,13 +21,21 @@ from jobs.catalog import default_store_id
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
 from jobs.history import append_history, last_clean_run
 from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, AuditResult, audit
+from storelib import errors
 from storelib.errors import EXIT_CANNOT, CannotAudit, RmqStoreError
 
 # --- command line ---------------------------------------------------------------------------
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help="the live store root (read only); local path, hdfs:// or s3a://")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--store", help="the live store root (read only); local path, hdfs:// or s3a://")
+    which.add_argument(
+        "--stores",
+        metavar="LIST|GLOB",
+        help="many stores in one Spark application: comma-separated roots or a quoted glob ('/data/*/store'); "
+        "each gets its report in --report/<store id> and its own history row; the exit code is the worst",
+    )
     p.add_argument(
         "--rebuilt", metavar="OUT", help="a rebuild of this store (rmqstore rebuild --out); default: rebuild now"
     )
@@ -52,12 +61,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = _argument_problem(args)
+    if problem:
+        print(f"rmqstore audit: {problem}", file=sys.stderr)
+        return EXIT_CANNOT
+    return audit_fleet(args) if args.stores else audit_store(args)
+
+
+def _argument_problem(args: argparse.Namespace) -> str | None:
     if (args.since_last or args.store_id) and not args.history:
-        print("rmqstore audit: --since-last and --store-id need --history TABLE", file=sys.stderr)
-        return EXIT_CANNOT
+        return "--since-last and --store-id need --history TABLE"
     if args.index_sample < 1:
-        print(f"rmqstore audit: --index-sample must be at least 1, got {args.index_sample}", file=sys.stderr)
+        return f"--index-sample must be at least 1, got {args.index_sample}"
+    if args.stores and (args.rebuilt or args.store_id):
+        return "--rebuilt and --store-id name one store: with --stores each store is rebuilt and named by its path"
+    return None
+
+
+def expand_stores(spec: str) -> list[str]:
+    """``--stores``: comma-separated roots, each a local glob or a URI, in order, each store once."""
+    stores: list[str] = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        matches = sorted(glob.glob(item)) if glob.has_magic(item) and "://" not in item else [item]
+        stores += [m for m in matches if m not in stores]
+    return stores
+
+
+def audit_fleet(args: argparse.Namespace) -> int:
+    """Audit every store of ``--stores`` in this Spark application, one after the other: a store that cannot be
+    audited gets exit code 2 (and its history row) and the others go on; the worst exit code."""
+    stores = expand_stores(args.stores)
+    if not stores:
+        print(f"rmqstore audit: --stores {args.stores!r} names no store", file=sys.stderr)
         return EXIT_CANNOT
+    codes: dict[str, int] = {}
+    for store in stores:
+        store_id = default_store_id(store)
+        print(f"== audit {len(codes) + 1}/{len(stores)}: {store} (store id {store_id})", flush=True)
+        one = argparse.Namespace(**{**vars(args), "store": store, "store_id": store_id})
+        one.report = f"{args.report.rstrip('/')}/{store_id}"
+        started = dt.datetime.now(dt.UTC)
+        try:
+            codes[store] = audit_store(one)
+        except (RmqStoreError, OSError) as exc:  # this store's settings or files: the next store still runs
+            print(f"rmqstore audit: {store}: cannot audit: {exc}", file=sys.stderr)
+            codes[store] = errors.exit_code(exc)
+            if args.history:  # its row says so (exit code 2), as a run that could not audit
+                from jobs.session import spark_session
+
+                spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf)[0]
+                codes[store] = _record(spark, args.history, store_id, started, None, one.report) or codes[store]
+    counts = [sum(1 for c in codes.values() if c == code) for code in (0, 1, 2)]
+    worst = max(codes.values())
+    print(
+        f"audit: {len(stores)} stores: {counts[0]} clean, {counts[1]} divergent, {counts[2]} could not be audited; "
+        f"exit code {worst} -> {args.report}"
+    )
+    return worst
+
+
+def audit_store(args: argparse.Namespace) -> int:
+    """One store's audit, history row and console summary; its exit code."""
     run_ = spark_run("rmqstore-audit", args, broker_config(args))
     spark = run_.spark
     store_id = args.store_id or default_store_id(args.store)

@@ -71,6 +71,8 @@ PROPERTY_TRAN_MSG = "TRAN_MSG"
 PROPERTY_PGROUP = "PGROUP"
 PROPERTY_TENANT = "tenant"  # a user property
 
+BROKER_VERSION = "4.9.8"  # the release whose store this generator writes
+
 
 #: a topic of 150 bytes: needs the v2 record layout, and is longer than TopicValidator allows
 LONG_TOPIC = "LongTopic_" + "v2" * 70

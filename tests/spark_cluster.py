@@ -3,8 +3,11 @@
 The worker (and every executor JVM and Python worker it starts) runs in a private mount namespace with a tmpfs
 on /tmp, as on YARN or Kubernetes where an executor's local disk is not the driver's: a job that hands files from
 driver to executors through the driver's /tmp fails here as it would there. Stores and outputs go under
-``Cluster.shared`` (under /var/tmp), which both sides see. ``Cluster.submit`` runs ``spark-submit jobs/<verb>.py``
-the way conf/nightly-audit.sh does (the project zipped with --py-files). Everything is killed at the end.
+``Cluster.shared`` (under /var/tmp), which both sides see. What a cluster node has installed, the checkout (its
+.venv: Spark and Python) and the shared fixtures, stays visible to the worker even when it lies under /tmp (a
+clone in /tmp): those directories are bound back into the private /tmp, nothing else of the driver's /tmp is.
+``Cluster.submit`` runs ``spark-submit jobs/<verb>.py`` the way conf/nightly-audit.sh does (the project zipped
+with --py-files). Everything is killed at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from shlex import quote
 
 import pytest
 
@@ -32,6 +36,7 @@ SHARED_PARENT = Path("/var/tmp")
 START_TIMEOUT = 90.0
 SUBMIT_TIMEOUT = 600.0
 PRIVATE_TMP = "mount -t tmpfs -o size=4g tmpfs /tmp"
+HOST_TMP = "/var/tmp/.rmqstore-host-tmp"  # in the worker's namespace only: the driver's /tmp, while binding back
 
 
 def spark_home() -> Path:
@@ -71,6 +76,28 @@ def mount_namespace_problem() -> str | None:
         timeout=30,
     )
     return None if probe.returncode == 0 else f"cannot make a mount namespace: {probe.stderr.strip()}"
+
+
+def installed_dirs() -> list[Path]:
+    """What every node of a cluster has: the checkout (with its .venv) and the shared fixtures, when they exist."""
+    from tests.conftest import FIXTURE_DIR
+
+    return [p for p in (ROOT, Path(sys.prefix), FIXTURE_DIR.parent) if p.is_dir()]
+
+
+def bound_from(path: Path) -> str:
+    """Where ``path`` (under /tmp) is seen once the driver's /tmp is bound to HOST_TMP."""
+    return f"{HOST_TMP}/{path.relative_to('/tmp')}"
+
+
+def private_tmp_script(keep: list[Path]) -> str:
+    """Shell lines that put a tmpfs on /tmp and bind the directories of ``keep`` that lie under /tmp back into it."""
+    under_tmp = sorted({q for p in keep for q in (p.absolute(), p.resolve()) if q.is_relative_to("/tmp")})
+    binds = [f"mkdir -p {quote(str(p))} && mount --bind {quote(bound_from(p))} {quote(str(p))}" for p in under_tmp]
+    if not binds:
+        return PRIVATE_TMP
+    hide = [f"mkdir -p {HOST_TMP}", f"mount --bind /tmp {HOST_TMP}", PRIVATE_TMP, *binds, f"umount {HOST_TMP}"]
+    return " && ".join(hide)
 
 
 def processes_in_namespace(ns: str) -> list[tuple[int, str]]:
@@ -212,9 +239,21 @@ def _start_daemon(
     return proc
 
 
+def bare_node_env(env: dict[str, str], python: str) -> dict[str, str]:
+    """``env`` for a node that has Spark but not the project's packages: ``python`` as PYSPARK_PYTHON, the venv
+    neither on PATH nor active."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = ":".join(p for p in env["PATH"].split(":") if p != venv_bin)
+    kept = {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    return {**kept, "PYSPARK_PYTHON": python, "PATH": path}
+
+
 @contextlib.contextmanager
-def standalone_cluster() -> Iterator[Cluster]:
-    """Start a master and a worker (2 cores, 2 GiB, private /tmp) on loopback; kill both and their children at exit."""
+def standalone_cluster(worker_python: str | None = None) -> Iterator[Cluster]:
+    """Start a master and a worker (2 cores, 2 GiB, private /tmp) on loopback; kill both and their children at exit.
+
+    ``worker_python``: the worker runs as a node without the project's packages (``bare_node_env``), its executors
+    with that Python unless a job brings its own (``--archives``); default: the venv's Python, as everywhere."""
     problem = mount_namespace_problem()
     if problem:
         pytest.skip(f"no standalone cluster with a private /tmp: {problem}")
@@ -235,14 +274,16 @@ def standalone_cluster() -> Iterator[Cluster]:
             "private",
             "sh",
             "-c",
-            f'{PRIVATE_TMP} && exec "$@"',
+            f'{private_tmp_script(installed_dirs())} && exec "$@"',
             "sh",
         ]
         registered = "Successfully registered with master"
-        worker = _start_daemon("worker.Worker", worker_args, env, shared / "worker.log", registered, private_tmp)
+        worker_env = bare_node_env(env, worker_python) if worker_python else env
+        worker = _start_daemon("worker.Worker", worker_args, worker_env, shared / "worker.log", registered, private_tmp)
         worker_ns = os.readlink(f"/proc/{worker.pid}/ns/mnt")  # unshare, sh and spark-class exec: pid is the JVM
         assert worker_ns != os.readlink("/proc/self/ns/mnt"), "the worker shares the driver's mount namespace"
-        yield Cluster(master_url, shared, env, zip_project(shared / "rmqstore.zip"), worker_ns)
+        submit_env = {**env, "PYSPARK_PYTHON": worker_python} if worker_python else env  # executors' default
+        yield Cluster(master_url, shared, submit_env, zip_project(shared / "rmqstore.zip"), worker_ns)
     finally:
         _stop(master, worker, worker_ns)
         shutil.rmtree(shared, ignore_errors=True)
