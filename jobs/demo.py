@@ -3,9 +3,9 @@
 1. Generates the demo store once (``--dir``/store, with its broker.conf); later runs reuse it.
 2. A rescue: copies it to ``--dir``/rescue/store and breaks the copy the ways real incidents do
    (storelib.incidents: one topic's ``consumequeue/`` lost, a ConsumeQueue file zeroed, a torn commitlog tail),
-   audits it (the verdict and the exact recover command), runs that command with ``--apply`` (and
-   ``--truncate-torn-tail``, which the report's plan names for the torn tail), audits again
-   (clean), and prints the command that undoes the rescue.
+   audits it (the verdict and the exact recover command), runs that command with ``--apply`` (it zeroes the torn
+   tail: ``--truncate-torn-tail``, as the report's plan says), audits again (clean), and prints the command that
+   undoes the rescue.
 3. The healthy store: rebuilds its index and audits it against the rebuild.
 
 Every verb runs in this process (one Spark session); its console output goes to ``--dir``/logs/<step>.log and
@@ -130,8 +130,7 @@ def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = 
 
 
 def rescue(d: Demo) -> int:
-    """Break a copy, audit it, run the verdict's own --apply command (with --truncate-torn-tail when its plan leaves
-    the torn tail for it), audit again, say how to undo."""
+    """Break a copy, audit it, run the verdict's own --apply command as printed, audit again, say how to undo."""
     from jobs.audit_report import verdict_lines
 
     break_copy(d)
@@ -142,9 +141,7 @@ def rescue(d: Demo) -> int:
         return code
     print("\n".join(verdict_lines(report)))
     apply_ = shlex.split(report["verdict"]["recover"]["commands"][-1])[1:]
-    if any(r["kind"] == "commitlog-torn-tail" for r in report["verdict"]["recover"]["remains"]):
-        apply_.append("--truncate-torn-tail")  # what the report's plan says the torn tail stays without
-    print(f"== the verdict's command, and what its plan says the torn tail needs: rmqstore {shlex.join(apply_)}")
+    print(f"== the verdict's command: rmqstore {shlex.join(apply_)}")
     code, lines = d.verb("recover", [*apply_, *d.spark])
     print("\n".join(f"  {line}" for line in lines if line.startswith("recover:")))
     if code:

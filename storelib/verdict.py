@@ -223,8 +223,9 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and
-    given release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config, given
+    release and plan (``--truncate-torn-tail`` when it zeroes a torn tail; ``BROKER_CONF`` stands for a settings
+    file the audit used without knowing its path)."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
@@ -237,6 +238,8 @@ def recover_commands(report: Mapping[str, Any]) -> list[str]:
     rules = run.get("broker_rules") or {}
     if rules.get("source") == "--broker-version":
         argv += ["--broker-version", rules["version"]]
+    if any(s["action"] == "truncate" for s in report.get("plan", {}).get("steps", [])):
+        argv.append("--truncate-torn-tail")
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

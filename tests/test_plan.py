@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -61,13 +62,14 @@ def test_the_audit_s_plan_is_recover_s_dry_run_and_its_actions(
     damage(store)
     common = ["--store", str(store), "--broker-config", str(conf), *flags]
     rmqstore_main(["audit", *common, "--report", str(tmp_path / "audit")])
-    advised = json.loads((tmp_path / "audit" / "report.json").read_text())["plan"]
+    report = json.loads((tmp_path / "audit" / "report.json").read_text())
+    advised, (dry, _) = report["plan"], report["verdict"]["recover"]["commands"]
     assert advised["steps"], "every case is damage recover repairs"
     capsys.readouterr()
-    assert rmqstore_main(["recover", *common]) == 0
+    assert rmqstore_main(shlex.split(dry)[1:]) == 0  # the command the verdict prints, as an operator runs it
     assert printed_steps(capsys.readouterr().out) == [(s["action"], s["file"]) for s in advised["steps"]]
     backup = tmp_path / "backup"
-    assert rmqstore_main(["recover", *common, "--apply", "--backup-dir", str(backup)]) == 0
+    assert rmqstore_main([*shlex.split(dry)[1:], "--apply", "--backup-dir", str(backup)]) == 0
     manifest = json.loads((backup / "manifest.json").read_text())
     assert [(s["action"], s["file"]) for s in manifest["steps"]] == [(s["action"], s["file"]) for s in advised["steps"]]
 

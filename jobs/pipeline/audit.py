@@ -263,7 +263,8 @@ def _finish(
         "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
         "repairs": a.repairs,
     }
-    report["plan"] = recover_plan(findings, a.repairs, stopping_queues(a.rebuilt, a.repairs), truncate=False).to_dict()
+    # the plan of the command the verdict advises: a torn tail is zeroed (--truncate-torn-tail), its bytes backed up
+    report["plan"] = recover_plan(findings, a.repairs, stopping_queues(a.rebuilt, a.repairs), truncate=True).to_dict()
     report["verdict"] = verdict(report, _messages_lost(a, findings))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
