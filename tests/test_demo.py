@@ -46,8 +46,9 @@ def test_the_demo_audits_a_broken_copy_recovers_it_and_audits_it_clean(demo):
     assert {"cq-missing-queue", "cq-zeroed-entries", "commitlog-torn-tail"} <= set(before["summary"]["kinds"])
     assert (after["summary"]["exit_code"], after["summary"]["findings"]) == (0, 0)
     assert report(root / "audit-report")["summary"]["exit_code"] == 0  # the healthy store
-    apply_ = before["verdict"]["recover"]["commands"][-1]  # the report's own command was run, and the torn tail cut
-    assert f"the torn tail needs: {apply_} --truncate-torn-tail" in done.stdout
+    apply_ = before["verdict"]["recover"]["commands"][-1]  # the report's own command was run as printed
+    assert "--truncate-torn-tail" in apply_  # its plan zeroes the torn tail
+    assert f"== the verdict's command: {apply_}" in done.stdout
     assert "VERDICT: " in done.stdout and "recover: re-audit: 0 repairable findings left" in done.stdout
 
 
