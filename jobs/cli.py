@@ -11,11 +11,12 @@ import argparse
 import dataclasses
 import importlib
 import importlib.metadata
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
 from storelib.config import BrokerConfig, load_broker_config, validate
-from storelib.errors import RmqStoreError, exit_code
+from storelib.errors import AmbiguousRelease, RmqStoreError, exit_code
 from storelib.findings import Finding
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ _depth = 0  # verbs run verbs (demo): only the outermost call stops Spark
 
 def main(argv: list[str] | None = None) -> int:
     global _depth
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     module = importlib.import_module(f"jobs.{args.verb}")
     _depth += 1
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         return module.run(args)
     except (RmqStoreError, OSError) as exc:
         print(f"rmqstore {args.verb}: error: {exc}", file=sys.stderr)
+        if isinstance(exc, AmbiguousRelease):
+            print(release_commands(argv, exc.choices), file=sys.stderr)
         return exit_code(exc)
     except Exception as exc:  # a Spark job failed: one line naming it, never a traceback
         first = next(iter(str(exc).strip().splitlines()), "")
@@ -145,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         _depth -= 1
         if _depth == 0:
             _stop_spark()
+
+
+def release_commands(argv: list[str], choices: list[str]) -> str:
+    """The same command once per release the store's clues allow, ``--broker-version`` added: the operator picks
+    the release the broker ran."""
+    lines = [shlex.join(["rmqstore", *argv, "--broker-version", v]) for v in choices]
+    return "run it again with the release the broker ran, one of:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _stop_spark() -> None:

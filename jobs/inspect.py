@@ -14,9 +14,12 @@ import datetime
 import json
 import sys
 
-from jobs.cli import add_broker_config
-from jobs.pipeline.listing import store_broker_config
+from jobs.cli import add_broker_config, broker_config
+from jobs.pipeline.rebuild import list_segments, resolve_rules
+from storelib.config import BrokerConfig
+from storelib.errors import BadInput
 from storelib.inspect import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
+from storelib.versions import BrokerRules
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def _index_row(f: IndexInfo) -> list[object]:
     return [printable(f.name), begin, end, f.begin_phy_offset, f.end_phy_offset, f.hash_slot_count, f.index_count, full]
 
 
-def format_report(r: StoreReport) -> str:
+def format_report(r: StoreReport, rules: BrokerRules) -> str:
     cfg = r.config
     out = [
         f"store {r.root}: {len(r.segments)} segments, {r.messages:,} messages, {r.blanks} BLANK ends; "
@@ -69,6 +72,7 @@ def format_report(r: StoreReport) -> str:
         f"settings: mappedFileSizeCommitLog={cfg['mappedFileSizeCommitLog']} "
         f"mappedFileSizeConsumeQueue={cfg['mappedFileSizeConsumeQueue']} maxHashSlotNum={cfg['maxHashSlotNum']} "
         f"maxIndexNum={cfg['maxIndexNum']}",
+        rules.line + ("" if rules.settled else UNSETTLED),
         "",
         "COMMITLOG",
     ]
@@ -112,12 +116,27 @@ def format_report(r: StoreReport) -> str:
     return "\n".join(out)
 
 
+#: said of detected rules that more than one rule set fits: inspect does not count the records that tell them apart
+UNSETTLED = "; rebuild, audit and recover count the records these releases treat differently and stop if any"
+
+
+def store_rules(store: str, cfg: BrokerConfig) -> BrokerRules:
+    """The broker rules the store's clues (or ``--broker-version``) give, as rebuild resolves them."""
+    try:
+        segments, _ = list_segments(store, cfg)
+    except BadInput:  # no commitlog/ or no segment: reported as the store's problems
+        segments = []
+    return resolve_rules(store, cfg, segments)[1]
+
+
 def run(args: argparse.Namespace) -> int:
-    report = inspect_store(args.store, store_broker_config(args.store, args.broker_config))
+    cfg = broker_config(args)
+    report = inspect_store(args.store, cfg)
+    rules = store_rules(args.store, cfg)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "broker_rules": rules.to_dict()}, indent=2))
     else:
-        print(format_report(report))
+        print(format_report(report, rules))
     return 0 if report.clean else 1
 
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobs.cli import add_broker_config, add_spark_options, spark_run
-from jobs.pipeline.listing import check_outside_store, store_broker_config
+from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
+from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.rebuild import rebuild
 from jobs.pipeline.recover import check_backup_dir, check_stopped, recover, undo
 from storelib.errors import EXIT_CANNOT, Refused
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             check_backup_dir(args.store, backup)  # before any work
         if args.report is not None:
             check_outside_store(args.store, args.report, "--report")
-        run_ = spark_run("rmqstore-recover", args, store_broker_config(args.store, args.broker_config))
+        run_ = spark_run("rmqstore-recover", args, broker_config(args))
         if args.rebuilt is not None:
             return recover(run_, args.store, args.rebuilt, args.apply, args.truncate_torn_tail, backup, args.report)
         with run_.work_dir(args.report or args.store) as work:

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import zlib
@@ -46,7 +47,7 @@ from storelib.constants import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.javahash import combine_hash, index_key_hash, java_hash_batch, java_hash_utf8_runs
-from storelib.versions import CRC32_PIECE
+from storelib.versions import CRC32_PIECE, RuleInputs
 
 _JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -82,6 +83,8 @@ class Dispatch:
     bad_delay: list[tuple[int, str]]  # (record position, DELAY value) that Integer.parseInt rejects
     bad_crc_property: list[tuple[int, str]]  # (record position, detail): __CRC32# present and not matching
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # TAGS/KEYS/UNIQ_KEY value (start, length) in batch.buf
+    to_index: np.ndarray  # bool per record: its keys go to the IndexFile
+    lmq_sources: list[tuple[str, str]]  # (source topic, INNER_MULTI_DISPATCH) of records with both LMQ properties
 
     @property
     def tags(self) -> list[str | None]:
@@ -203,12 +206,13 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
     full_hash = combine_hash(prefix, key_hash, key_units) if len(record) else key_hash
     batch_cq = to_cq & np.isin(batch.topic_code, [c for c, t in enumerate(batch.topic_names) if cfg.is_batch_cq(t)])
     base, size = _batch_fields(batch, values)
+    lmq, lmq_sources = _lmq_units(batch, values, to_cq & ~batch_cq, cfg)
     return Dispatch(
         batch=batch,
         to_consume_queue=to_cq,
         tags_code=tags_code,
         multi_dispatch=values[PROPERTY_INNER_MULTI_DISPATCH][0] >= 0,
-        lmq=_lmq_units(batch, values, to_cq & ~batch_cq, cfg),
+        lmq=lmq,
         batch_cq=batch_cq,
         msg_base_offset=base,
         batch_size=size,
@@ -217,6 +221,22 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
         bad_delay=bad_delay,
         bad_crc_property=_bad_crc_property(batch, values[PROPERTY_CRC32]) if cfg.checkCRCOnRecover else [],
         values={k: values[k] for k in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)},
+        to_index=to_index,
+        lmq_sources=lmq_sources,
+    )
+
+
+def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:
+    """What of a batch the rule sets of different releases dispatch differently (storelib.versions)."""
+    b = d.batch
+    batch_topics = [c for c, t in enumerate(b.topic_names) if t in cfg.batchCQTopics and not cfg.rocksdb_consume_queue]
+    names = [name for _, text in d.lmq_sources for name in java_split(text, ",")]
+    return RuleInputs(
+        tagged_index_records=int((d.to_index & (d.values[PROPERTY_TAGS][0] >= 0)).sum()),
+        batch_cq_records=int((d.to_consume_queue & np.isin(b.topic_code, batch_topics)).sum()),
+        lmq_sources=tuple(sorted(collections.Counter(topic for topic, _ in d.lmq_sources).items())),
+        lmq_unprefixed_names=sum(not n.startswith(LMQ_PREFIX) for n in names),
+        lmq_path_names=sum("/" in n for n in names),
     )
 
 
@@ -267,22 +287,26 @@ def _batch_fields(
 
 def _lmq_units(
     batch: RecordBatch, values: dict[str, tuple[np.ndarray, np.ndarray]], dispatched: np.ndarray, cfg: BrokerConfig
-) -> LmqUnits:
-    """The LMQ units of the records whose own unit went to a ConsumeQueue (``dispatched``)."""
+) -> tuple[LmqUnits, list[tuple[str, str]]]:
+    """The LMQ units of the records whose own unit went to a ConsumeQueue (``dispatched``), and the (source
+    topic, INNER_MULTI_DISPATCH) of every such record holding both LMQ properties."""
     rows: list[tuple[int, str, int, int]] = []
+    sources: list[tuple[str, str]] = []
     (ns, nl), (os_, ol) = values[PROPERTY_INNER_MULTI_DISPATCH], values[PROPERTY_INNER_MULTI_QUEUE_OFFSET]
     if cfg.multi_dispatch_to_files:
         topics = batch.topic_names
         for i in np.flatnonzero(dispatched & (ns >= 0) & (os_ >= 0)).tolist():
             names, offsets = _text(batch.buf, ns[i], nl[i]), _text(batch.buf, os_[i], ol[i])
             topic, queue_id = topics[batch.topic_code[i]], int(batch.queue_id[i])
+            sources.append((topic, names))
             rows += [(i, *target) for target in lmq_targets(cfg, topic, queue_id, names, offsets)]
-    return LmqUnits(
+    units = LmqUnits(
         record=np.array([r[0] for r in rows], np.int64),
         queue=[r[1] for r in rows],
         queue_id=np.array([r[2] for r in rows], np.int32),
         queue_offset=np.array([r[3] for r in rows], np.int64),
     )
+    return units, sources
 
 
 def property_crc(value: str) -> int | None:

@@ -42,6 +42,15 @@ class ConfigError(BadInput):
     """A broker properties file value that cannot be used."""
 
 
+class AmbiguousRelease(ConfigError):
+    """The store's clues allow broker releases whose rules write different files for it: ``--broker-version``
+    must say which (exit 2); ``choices`` are the first releases of those rule sets."""
+
+    def __init__(self, message: str, choices: list[str]) -> None:
+        super().__init__(message)
+        self.choices = choices
+
+
 class CannotAudit(RmqStoreError):
     """The store could not be audited (exit 2): no store, a stale rebuild, an unreadable table."""
 

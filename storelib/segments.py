@@ -29,6 +29,7 @@ from storelib.commitlog import (
 from storelib.config import BrokerConfig
 from storelib.findings import Finding, finding
 from storelib.layout import commitlog_file, offset_file_name, offset_layout_problems, parse_offset_name
+from storelib.versions import RuleInputs
 
 #: damage to one record: reported, never a reason to stop or skip a segment
 RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level")
@@ -71,6 +72,8 @@ class SegmentSummary:
     worker_peak_rss: int  # bytes, the parsing Python worker's peak
     fingerprint: str  # of the records read: rebuilt-stale when a later parse of the segment differs
     damage: tuple[Damage, ...] = ()
+    #: its records that the rule sets of different releases dispatch differently
+    rule_inputs: RuleInputs = dataclasses.field(default_factory=RuleInputs)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -80,6 +83,7 @@ class SegmentSummary:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in row.items() if k in fields}
         values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
+        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
     @classmethod

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from storelib.findings import KINDS
+from storelib.plan import CHECKPOINT_KINDS
 
-#: findings the checkpoint step answers: the rewritten checkpoint moves crash recovery's start past them
-CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
 #: findings that make the broker's DefaultMessageStore.load() fail: it exits instead of starting
 START_FAILS = {
     "cq-torn-file": "a ConsumeQueue file has the wrong length",
@@ -189,11 +188,8 @@ def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> 
 
 
 def recover_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """recover's plan as the audit sees it: the report's ``repairs``, then the checkpoint (rewritten whenever another
-    file changes or a CHECKPOINT_KINDS finding stands), each with the findings it fixes."""
-    steps = [{k: r[k] for k in ("action", "file", "reason")} for r in report["repairs"]]
-    if steps or any(f["kind"] in CHECKPOINT_KINDS for f in report["findings"]):
-        steps.append({"action": "replace", "file": "checkpoint", "reason": "checkpoint for the rebuilt index"})
+    """recover's plan (report.json's ``plan``, storelib.plan.recover_plan), each step with the findings it fixes."""
+    steps = report.get("plan", {}).get("steps", [])
     return [dict(s, resolves=resolves(s, report["findings"])) for s in steps]
 
 
@@ -208,8 +204,8 @@ def remains(report: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[d
 
 
 def recover_commands(report: Mapping[str, Any]) -> list[str]:
-    """The dry run, then the same with ``--apply``: the exact command lines for this store and broker config
-    (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
+    """The dry run, then the same with ``--apply``: the exact command lines for this store, broker config and
+    given release (``BROKER_CONF`` stands for a settings file the audit used without knowing its path)."""
     run = report["run"]
     argv = ["rmqstore", "recover", "--store", run["store"]]
     if not run.get("rebuilt_temporary", True) and run.get("rebuilt"):
@@ -219,6 +215,9 @@ def recover_commands(report: Mapping[str, Any]) -> list[str]:
         argv += ["--broker-config", config["path"]]
     elif config and not config.get("defaults", True):
         argv += ["--broker-config", "BROKER_CONF"]
+    rules = run.get("broker_rules") or {}
+    if rules.get("source") == "--broker-version":
+        argv += ["--broker-version", rules["version"]]
     dry = " ".join(shlex.quote(a) for a in argv)
     return [dry, dry + " --apply"]
 

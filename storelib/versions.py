@@ -15,13 +15,14 @@ Rule sets (first release of each row; a version uses the last row at or below it
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 
 import numpy as np
 
 from storelib.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch
-from storelib.errors import ConfigError
+from storelib.errors import AmbiguousRelease, ConfigError
 from storelib.rocksdbcq import ROCKSDB_FILE, is_rocksdb
 
 CRC32_NAME = b"__CRC32#"
@@ -190,34 +191,216 @@ def clues(f: StoreFacts) -> list[Clue]:
     return out
 
 
-def detect(f: StoreFacts) -> tuple[RuleSet, list[Clue], str]:
-    """The rule set the store's clues point to, the clues, and why in one sentence.
+@dataclasses.dataclass(frozen=True)
+class Releases:
+    """The broker releases a store's clues allow: ``low`` up to (not including) ``high``, None = up to 6.0."""
 
-    The lowest release every clue allows is taken (no clue at all: 4.9); clues that contradict each other
-    (a lower bound at or above an upper bound) are refused: give ``--broker-version``.
-    """
-    found = clues(f)
+    low: tuple[int, int, int]
+    high: tuple[int, int, int] | None
+    clues: tuple[Clue, ...] = ()
+
+    @property
+    def candidates(self) -> tuple[RuleSet, ...]:
+        """The rule sets of the releases in the range, oldest first."""
+        high = self.high or _END
+        ends = [r.first for r in RULE_SETS[1:]] + [_END]
+        return tuple(r for r, end in zip(RULE_SETS, ends) if r.first < high and end > self.low)
+
+    @property
+    def text(self) -> str:
+        """``5.2.0 up to 5.5.0`` or ``5.2.0 or later``."""
+        low = version_text(self.low)
+        return f"{low} or later" if self.high is None else f"{low} up to (not including) {version_text(self.high)}"
+
+
+_END = (6, 0, 0)
+
+
+def releases(f: StoreFacts) -> Releases:
+    """The release range every clue allows (no clue: every supported release); clues that contradict each other
+    (a lower bound at or above an upper bound) are refused: give ``--broker-version``."""
+    found = tuple(clues(f))
     low = max((c.at_least for c in found if c.at_least), default=(4, 9, 0))
     high = min((c.below for c in found if c.below), default=None)
     if high is not None and low >= high:
         raise ConfigError(
             "the store's clues contradict each other (" + "; ".join(c.text for c in found) + "): give --broker-version"
         )
-    rules = rules_for(low)
-    why = "; ".join(c.text for c in found) or "no 5.x clue in the store"
-    return rules, found, f"rules {rules.name} detected: {why}"
+    return Releases(low, high, found)
 
 
-def select(version: str, facts: StoreFacts) -> tuple[RuleSet, dict[str, object]]:
-    """The rule set to use, and why as rebuild.json's ``broker_rules``: a given ``--broker-version`` wins over
-    detection from the store."""
-    if version:
-        rules = rules_for(version)
-        return rules, {
-            **rules.to_dict(),
-            "source": "--broker-version",
-            "why": f"--broker-version {version}",
-            "clues": [],
+# --- which rules matter for a store ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleInputs:
+    """A store's records that the rule sets of different releases dispatch differently (counted by the parse)."""
+
+    tagged_index_records: int = 0  # records put into the IndexFile that hold TAGS (5.5.0 adds topic#T#<TAGS>)
+    batch_cq_records: int = 0  # ConsumeQueue records of queue.type=BatchCQ topics (5.0.0+: batchconsumequeue/)
+    lmq_sources: tuple[tuple[str, int], ...] = ()  # (source topic, records) with both INNER_MULTI_* properties
+    lmq_unprefixed_names: int = 0  # INNER_MULTI_DISPATCH names without %LMQ% (5.0.0+ skip them)
+    lmq_path_names: int = 0  # names holding "/" (5.1.2+ skip them)
+
+    def __add__(self, other: RuleInputs) -> RuleInputs:
+        sources = collections.Counter(dict(self.lmq_sources))
+        sources.update(dict(other.lmq_sources))
+        return RuleInputs(
+            self.tagged_index_records + other.tagged_index_records,
+            self.batch_cq_records + other.batch_cq_records,
+            tuple(sorted(sources.items())),
+            self.lmq_unprefixed_names + other.lmq_unprefixed_names,
+            self.lmq_path_names + other.lmq_path_names,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> RuleInputs:
+        sources = tuple((str(t), int(n)) for t, n in d.get("lmq_sources") or ())  # type: ignore[attr-defined]
+        return cls(**{**d, "lmq_sources": sources})  # type: ignore[arg-type]
+
+
+def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
+    """Why rule sets ``a`` and ``b`` (the next one) write different files for a store with ``inputs``."""
+    out = []
+    since = f"from {version_text(b.first)} on"
+    if a.index_tag_keys != b.index_tag_keys and inputs.tagged_index_records:
+        out.append(f"{inputs.tagged_index_records:,} tagged message(s) get a topic#T#<TAGS> IndexFile key {since}")
+    if a.batch_cq != b.batch_cq and inputs.batch_cq_records:
+        out.append(f"{inputs.batch_cq_records:,} record(s) of BatchCQ topics go to batchconsumequeue/ {since}")
+    moved = [t for t, _ in inputs.lmq_sources if a.lmq_source_allowed(t) != b.lmq_source_allowed(t)]
+    if moved:
+        out.append(f"LMQ copies of {', '.join(moved)} records are dispatched before {version_text(b.first)}, not after")
+    sources = any(a.lmq_source_allowed(t) or b.lmq_source_allowed(t) for t, _ in inputs.lmq_sources)
+    if sources and a.lmq_names_need_prefix != b.lmq_names_need_prefix and inputs.lmq_unprefixed_names:
+        out.append(f"{inputs.lmq_unprefixed_names:,} LMQ name(s) without %LMQ% are skipped {since}")
+    if sources and a.lmq_skip_path_names != b.lmq_skip_path_names and inputs.lmq_path_names:
+        out.append(f"{inputs.lmq_path_names:,} LMQ name(s) holding '/' are skipped {since}")
+    return out
+
+
+#: the source topics whose records a release's CommitLog append gives no INNER_MULTI_QUEUE_OFFSET, by first release
+#: (prefixes, exact names): 4.9.7 MultiDispatch.isMultiDispatchMsg and 5.0.0/5.1.0 ConsumeQueue.assignQueueOffset skip
+#: none; 5.1.1 and 5.1.3/5.1.4 assignQueueOffset call isNeedHandleMultiDispatch (5.1.2's store jar is not on Maven
+#: Central: its change is the dispatch rule's, 5.1.2 in the 5.x spec); 5.2.0 and 5.3.0 CommitLog.isMultiDispatchMsg
+#: skip %RETRY% only; 5.3.1 MultiDispatchUtils.isNeedHandleMultiDispatch; 5.3.2 … 5.4.0 MixAll.topicAllowsLMQ,
+#: which 5.5.0 extends by %DLQ%.
+LMQ_OFFSET_SKIPS: tuple[tuple[tuple[int, int, int], tuple[str, ...], tuple[str, ...]], ...] = (
+    ((4, 9, 0), (), ()),
+    ((5, 1, 1), ("%RETRY%",), ()),
+    ((5, 1, 2), ("%RETRY%",), (_TIMER, _SCHEDULE)),
+    ((5, 2, 0), ("%RETRY%",), ()),
+    ((5, 3, 1), ("%RETRY%", "rmq_sys_"), (_SCHEDULE,)),
+    ((5, 5, 0), ("%RETRY%", "%DLQ%", "rmq_sys_"), (_SCHEDULE,)),
+)
+
+
+def lmq_writers(found: Releases, inputs: RuleInputs) -> tuple[tuple[RuleSet, ...], str]:
+    """The rule sets of the releases in ``found`` whose appends give LMQ offsets to every source topic whose
+    records hold them in this store (a release that skips a source cannot have written its offsets), and why."""
+    sources = [t for t, _ in inputs.lmq_sources]
+    ends = [first for first, _, _ in LMQ_OFFSET_SKIPS[1:]] + [_END]
+    spans = [
+        (max(first, found.low), min(end, found.high or _END))
+        for (first, prefixes, names), end in zip(LMQ_OFFSET_SKIPS, ends)
+        if not any(t.startswith(prefixes) or t in names for t in sources)
+    ]
+    spans = _merged([(lo, hi) for lo, hi in spans if lo < hi])
+    writers = tuple(r for r in found.candidates if any(r in Releases(lo, hi).candidates for lo, hi in spans))
+    if len(writers) == len(found.candidates):
+        return writers, ""
+    skipped = [t for t in sources if any(t.startswith(p) or t in n for _, p, n in LMQ_OFFSET_SKIPS)]
+    ranges = ", ".join(f"{version_text(lo)} up to {version_text(hi)}" for lo, hi in spans) or "no release"
+    return writers, f"LMQ offsets on records of {', '.join(skipped)}: appended by {ranges} only"
+
+
+def _merged(spans: list[tuple[tuple[int, int, int], tuple[int, int, int]]]) -> list[tuple[tuple, tuple]]:
+    """Release ranges in order, those that touch joined into one."""
+    out: list[tuple[tuple, tuple]] = []
+    for lo, hi in spans:
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerRules:
+    """The rules a run uses, and why: given (``--broker-version``) or detected from the store's clues.
+
+    Detected rules are ``settled`` once no two rule sets the clues allow write different files for this store
+    (``settle``, after the parse has counted the records that tell them apart); until then the parse uses the
+    oldest of them.
+    """
+
+    rules: RuleSet
+    source: str  # "--broker-version" or "detected"
+    why: str
+    releases: Releases | None = None  # detected: the range the clues allow
+    settled: bool = True
+    version: str = ""  # the given release
+
+    @property
+    def candidates(self) -> tuple[RuleSet, ...]:
+        return self.releases.candidates if self.releases else (self.rules,)
+
+    def settle(self, inputs: RuleInputs) -> BrokerRules:
+        """These rules, once shown to write the same files as every rule set that could have written the store
+        (the clues' range, less the releases whose appends give no LMQ offsets to the store's multi-dispatched
+        source topics); else AmbiguousRelease, naming what differs and the releases to choose from."""
+        if self.settled:
+            return self
+        assert self.releases is not None
+        writers, because = lmq_writers(self.releases, inputs)
+        if not writers:
+            raise ConfigError(f"the store's records contradict its clues ({self.why}; {because}): give the release")
+        diffs = list(dict.fromkeys(d for r in writers for d in differences(self.rules, r, inputs)))
+        if diffs:
+            raise AmbiguousRelease(
+                f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
+                f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
+                f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
+                [version_text(r.first) or "" for r in writers],
+            )
+        why = self.why + (f"; {because}" if because else "")
+        why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
+        return dataclasses.replace(self, settled=True, why=why)
+
+    @property
+    def line(self) -> str:
+        """The one console line: which rules, and why."""
+        source = f"detected, releases {self.releases.text}" if self.releases else self.source
+        return f"broker rules {self.rules.name} ({source}): {self.why}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **self.rules.to_dict(),
+            "source": self.source,
+            "why": self.why,
+            "version": self.version or None,
+            "releases": self.releases.text if self.releases else None,
+            "clues": [c.to_dict() for c in self.releases.clues] if self.releases else [],
         }
-    rules, found, why = detect(facts)
-    return rules, {**rules.to_dict(), "source": "detected", "why": why, "clues": [c.to_dict() for c in found]}
+
+
+def _against_clues(version: tuple[int, int, int], facts: StoreFacts) -> str:
+    """A warning when a given release lies outside the range the store's clues allow, else ""."""
+    try:
+        found = releases(facts)
+    except ConfigError:
+        return ""
+    if found.low <= version < (found.high or _END):
+        return ""
+    return f" (WARNING: the store's clues allow {found.text}: {'; '.join(c.text for c in found.clues)})"
+
+
+def select(version: str, facts: StoreFacts) -> BrokerRules:
+    """The rules to use: a given ``--broker-version`` wins over detection from the store. Detected rules are
+    the oldest rule set the clues allow, settled at once when the clues allow only one."""
+    if version:
+        why = f"--broker-version {version}" + _against_clues(parse_version(version), facts)
+        return BrokerRules(rules_for(version), "--broker-version", why, version=version)
+    found = releases(facts)
+    cands = found.candidates
+    why = "; ".join(c.text for c in found.clues) or "no 5.x clue in the store"
+    return BrokerRules(cands[0], "detected", why, found, settled=len(cands) == 1)

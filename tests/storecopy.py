@@ -46,3 +46,15 @@ def run_cli(argv: list[str]) -> int:
 
     args = parser().parse_args(argv)
     return importlib.import_module(f"jobs.{args.verb}").run(args)
+
+
+def rmqstore_main(argv: list[str]) -> int:
+    """``rmqstore ARGV`` through ``jobs.cli.main`` (its error lines and exit codes), in this process, without its
+    stopping of the shared Spark session (as a verb run by another verb)."""
+    from jobs import cli
+
+    cli._depth += 1
+    try:
+        return cli.main(argv)
+    finally:
+        cli._depth -= 1

@@ -136,6 +136,7 @@ def test_a_run_that_cannot_audit_is_recorded_and_a_history_write_failure_is_exit
     report["run"]["scope"] = {"segments_audited": ["00000000000000000000"], "skipped": [], "base_run_id": None}
     report.update(summary={"exit_code": 0, "error": 0, "warning": 0, "info": 0}, findings=[], queues=[], repairs=[])
     result = AuditResult([], report["summary"], 0, {**report, "index_files": []}, [])
-    assert _record(spark, "tbl", "broker-a", dt.datetime.now(dt.UTC), result, str(tmp_path / "r2")) == 2
+    table = str(tmp_path / "tbl")
+    assert _record(spark, table, "broker-a", dt.datetime.now(dt.UTC), result, str(tmp_path / "r2")) == 2
     assert json.loads((tmp_path / "r2" / "report.json").read_text())["run"]["history"]["error"] == "disk full"
-    assert "could not write the history table tbl: disk full" in capsys.readouterr().err
+    assert f"could not write the history table {table}: disk full" in capsys.readouterr().err

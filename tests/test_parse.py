@@ -11,6 +11,7 @@ import pytest
 
 from storelib.config import BrokerConfig
 from storelib.segments import Segment, SegmentSummary
+from storelib.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
 from udfs.parse import index_scratch_path, parse_segment, segment_parser, summary_path
@@ -117,6 +118,7 @@ def test_summary_and_index_entries_left_in_scratch(segment: Segment, tmp_path: P
         worker_peak_rss=0,
         fingerprint="",
         damage=(),
+        rule_inputs=RuleInputs(sum(1 for r in records if r.sys_flag & 0xC != 0xC and r.properties.get("TAGS"))),
     )
     assert summary.worker_peak_rss > 10 << 20 and summary.fingerprint.endswith(f":{len(MESSAGES)}")
 

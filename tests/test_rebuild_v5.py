@@ -4,6 +4,7 @@ its consumequeue/ (LMQ queues included), batchconsumequeue/ and index/ byte for 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import shutil
@@ -16,7 +17,10 @@ from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
+from storelib.errors import AmbiguousRelease
 from storelib.rocksdbcq import unit_key
+from tests.broker.harness import SEED, SEEDS
+from tests.reference import walk_commitlog
 from tests.test_v5 import harness_store
 
 
@@ -54,16 +58,19 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     assert queues["%LMQ%room-4", 0]["entries"] == 72
 
 
+DETECTED = {"4.9.7": "4.9", "5.3.3": "5.2", "5.5.0": "5.5"}
+
+
 @pytest.mark.broker
 @pytest.mark.parametrize(
-    ("version", "variant", "rules"),
-    [("4.9.7", "default", "4.9"), ("5.3.3", "default", "5.2"), ("5.5.0", "default", "5.5"), ("5.5.0", "crc", "5.5")],
+    ("version", "variant", "seed"),
+    [(v, "default", seed) for v in DETECTED for seed in SEEDS] + [("5.5.0", "crc", SEED)],
 )
 def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
-    spark, tmp_path: Path, version: str, variant: str, rules: str
+    spark, tmp_path: Path, version: str, variant: str, seed: int
 ) -> None:
     """A store the real broker wrote: rules detected (no --broker-version), index byte-exact, audit exit 0."""
-    store = harness_store(version, variant)
+    store, rules = harness_store(version, variant, seed), DETECTED[version]
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
     rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
@@ -72,6 +79,23 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
     assert [f.kind for f in result.findings] == []
     assert result.exit_code == 0
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_5_5_store_without_its_index_is_never_given_guessed_rules(spark, tmp_path: Path, seed: int) -> None:
+    """index/ lost from the real 5.5.0 broker's store: its clues allow 5.2.0 or later, whose IndexFiles differ for
+    its tagged messages: the rebuild stops and writes nothing; with --broker-version 5.5.0 it is byte-exact."""
+    store = harness_store("5.5.0", "default", seed)
+    lost = tmp_path / "store"
+    shutil.copytree(store / "store", lost, ignore=shutil.ignore_patterns("index", "lock"))
+    cfg = load_broker_config(store / "broker.conf")
+    with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
+        rebuild(Run(spark, cfg), str(lost), str(tmp_path / "guessed"))
+    assert e.value.choices == ["5.2.0", "5.5.0"]
+    assert not (tmp_path / "guessed").exists()
+    rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(lost), str(tmp_path / "out"))
+    assert_same_index(store / "store", tmp_path / "out")
 
 
 @pytest.mark.broker
@@ -108,13 +132,34 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     assert damaged.repairs == []
 
 
+def units_short(root: Path) -> set[tuple[str, int]]:
+    """ConsumeQueues (topic, queueId) of plain topics whose live files hold fewer units than the commitlog has
+    dispatched records for them (the plain-Python reference walk): the queues a crash left behind."""
+    wanted = collections.Counter(
+        (r.topic, r.queue_id) for r in walk_commitlog(root / "commitlog") if r.sys_flag & 0xC in (0, 0x8)
+    )
+    short = set()
+    for (topic, queue_id), n in wanted.items():
+        files = sorted((root / "consumequeue" / topic / str(queue_id)).glob("*"))
+        data = b"".join(p.read_bytes() for p in files)
+        live = sum(1 for i in range(0, len(data), 20) if any(data[i : i + 20]))
+        if not (root / "batchconsumequeue" / topic).exists() and live < n:
+            short.add((topic, queue_id))
+    return short
+
+
 @pytest.mark.broker
 def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> None:
-    """kill -9 after the last send: the last record was never dispatched; the audit names the missing tails."""
+    """kill -9 in the middle of the send burst: abort is left, and the audit names exactly the ConsumeQueues the
+    crash left short (where the kill landed after the last dispatch there are none) and nothing false."""
     store = harness_store("5.5.0", "kill9")
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
     rebuild(run, str(store / "store"), str(out))
     result = audit(run, str(store / "store"), str(out), None)
     assert result.exit_code == 1
-    assert {"cq-missing-tail", "abort-marker"} <= {f.kind for f in result.findings}
-    assert not {"cq-wrong-entries", "duplicate-queue-offset", "queue-offset-gap"} & {f.kind for f in result.findings}
+    kinds = {f.kind for f in result.findings}
+    assert "abort-marker" in kinds
+    batch = {p.name for p in (store / "store" / "batchconsumequeue").glob("*")}
+    tails = {(f.topic, f.queue_id) for f in result.findings if f.kind == "cq-missing-tail"}
+    assert {(t, q) for t, q in tails if not t.startswith("%LMQ%") and t not in batch} == units_short(store / "store")
+    assert not {"cq-wrong-entries", "duplicate-queue-offset", "queue-offset-gap"} & kinds

@@ -47,7 +47,9 @@ def test_refuses_when_abort_exists_and_a_broker_process_uses_the_store(fixture_d
     script = f'exec -a java {sys.executable} -c "import time; time.sleep(60)" "$0"'
     fake = subprocess.Popen(["bash", "-c", script, str(store)])
     cmdline = Path(f"/proc/{fake.pid}/cmdline")
+    deadline = time.monotonic() + 30
     while not cmdline.read_bytes().startswith(b"java"):
+        assert time.monotonic() < deadline, "the stand-in broker process never showed its java command line"
         time.sleep(0.05)
     try:
         with pytest.raises(Refused, match="broker looks alive"):

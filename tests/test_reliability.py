@@ -23,11 +23,12 @@ from jobs.pipeline import recover as recover_mod
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import list_queues
 from jobs.pipeline.rebuild import check_output
-from jobs.pipeline.recover import Step, apply, undo
+from jobs.pipeline.recover import apply, undo
 from storelib.config import BrokerConfig
 from storelib.errors import BadInput, Refused, RmqStoreError
 from storelib.indexfile import IndexFileReader, build_index_file_head, index_file_size
 from storelib.javahash import index_key_hash, java_hash
+from storelib.plan import Step
 from tests.storecopy import tree_digest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +148,7 @@ def test_undo_says_what_is_wrong_with_a_manifest_it_did_not_write(tmp_path: Path
     ],
 )
 def test_a_rebuilt_queue_with_a_unit_the_broker_stops_at_is_found(tmp_path: Path, units: list, stop: int) -> None:
-    from jobs.pipeline.recover import rebuilt_queue_stop
+    from jobs.pipeline.audit_queues import rebuilt_queue_stop
 
     qdir = tmp_path / "consumequeue" / "T" / "0"
     qdir.mkdir(parents=True)

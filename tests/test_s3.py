@@ -168,7 +168,7 @@ def test_story_6_was_a_key_ever_stored_across_three_backups(s3_spark, s3: S3Serv
     """Three backups of one store (the 4.9.8 sample as it was 6 and 3 segments ago, and now) in one catalog
     on S3; the README's key query finds a message of the first segment in all three, timed."""
     run = Run(s3_spark, fixture_cfg)
-    segments, _ = list_segments(str(CLEAN), run)
+    segments, _ = list_segments(str(CLEAN), run.cfg)
     records = parse_store(run, segments, "messages", str(tmp_path / "scratch")).persist()
     table = s3.uri("catalog")
     backups = {"broker-a.day-1": segments[-6].start, "broker-a.day-2": segments[-3].start, "broker-a.day-3": None}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import itertools
+import json
 import zlib
 from pathlib import Path
 
@@ -23,10 +25,22 @@ from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.errors import ConfigError, StoreFormatError
+from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.indexfile import IndexFileSeries, IndexHeader
 from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
-from storelib.versions import StoreFacts, detect, rules_for
+from storelib.versions import (
+    RULE_SETS,
+    Releases,
+    RuleInputs,
+    StoreFacts,
+    differences,
+    lmq_writers,
+    releases,
+    rules_for,
+    select,
+)
+from tests.broker.harness import SEED, SEEDS
+from tests.reference import walk_commitlog
 
 FIXTURE_NAME = "rocketmq-5.5.0-sample"
 
@@ -230,29 +244,83 @@ def test_batch_cq_topics_come_from_topics_json() -> None:
 # --- detection ----------------------------------------------------------------------------------------
 
 
-def test_no_clue_means_4_9_rules() -> None:
-    rules, found, why = detect(StoreFacts())
-    assert (rules.name, found) == ("4.9", [])
-    assert "no 5.x clue" in why
+def detected(facts: StoreFacts) -> str:
+    """The name of the oldest rule set the facts' clues allow."""
+    return select("", facts).rules.name
 
 
-def test_clues_raise_the_lower_bound() -> None:
+def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same_files() -> None:
+    rules = select("", StoreFacts())
+    assert (rules.rules.name, rules.settled, rules.source) == ("4.9", False, "detected")
+    assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
+    assert "no 5.x clue" in rules.why
+    assert rules.settle(RuleInputs()).settled
+    with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
+        rules.settle(RuleInputs(tagged_index_records=3))
+    assert e.value.choices == ["4.9.0", "5.0.0", "5.1.1", "5.1.2", "5.2.0", "5.5.0"]
+    assert e.value.exit_code == 2
+
+
+def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
-    assert detect(facts)[0].name == "5.2"
-    assert detect(dataclasses.replace(facts, tag_keys_found=4))[0].name == "5.5"
-    assert detect(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3))[0].name == "5.0"
+    assert detected(facts) == "5.2"
+    assert [r.name for r in select("", facts).candidates] == ["5.2"]  # the live index has no tag keys
+    assert [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates] == ["5.2", "5.5"]
+    assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.5"
+    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settled
+    assert detected(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3)) == "5.0"
+    below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: before 5.2
+    assert [r.name for r in below.candidates] == ["4.9", "5.0", "5.1.1", "5.1.2"]
+    assert releases(StoreFacts(props_records=3)).text == "4.9.0 up to (not including) 5.2.0"
+
+
+def test_a_given_release_wins_and_is_settled() -> None:
+    rules = select("5.3.3", StoreFacts(props_records=3, props_ending_02=3))
+    assert (rules.rules.name, rules.settled, rules.version) == ("5.2", True, "5.3.3")
+    assert rules.settle(RuleInputs(tagged_index_records=9)) is rules
+    assert rules.to_dict()["source"] == "--broker-version"
+    assert "WARNING" not in rules.why
+    warned = select("5.5.0", StoreFacts(props_records=3))  # its properties do not end with 0x02: before 5.2
+    assert "WARNING: the store's clues allow 4.9.0 up to (not including) 5.2.0" in warned.why
+    assert warned.rules.name == "5.5"  # the operator's word wins; the console line and the report say it
+
+
+@pytest.mark.parametrize(
+    ("inputs", "differ"),
+    [
+        (RuleInputs(tagged_index_records=1), {("5.2", "5.5")}),
+        (RuleInputs(batch_cq_records=1), {("4.9", "5.0")}),
+        (RuleInputs(lmq_sources=(("%RETRY%g", 1),)), {("5.0", "5.1.1")}),
+        (RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 1),)), {("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("rmq_sys_x", 1),)), {("5.1.2", "5.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_unprefixed_names=1), {("4.9", "5.0")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 2),)), set()),
+        (RuleInputs(lmq_unprefixed_names=1), set()),  # no record multi-dispatched: the names are never read
+    ],
+)
+def test_what_makes_two_rule_sets_differ_for_a_store(inputs: RuleInputs, differ: set[tuple[str, str]]) -> None:
+    pairs = {(a.name, b.name) for a, b in itertools.pairwise(RULE_SETS) if differences(a, b, inputs)}
+    assert pairs == differ
+
+
+def test_rule_inputs_add_up_and_survive_json() -> None:
+    a = RuleInputs(1, 2, (("A", 1), ("B", 2)), 3, 4)
+    b = RuleInputs(10, 0, (("B", 1),), 0, 1)
+    assert a + b == RuleInputs(11, 2, (("A", 1), ("B", 3)), 3, 5)
+    assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(a)))) == a
 
 
 def test_contradicting_clues_are_refused() -> None:
     facts = StoreFacts(crc_property_records=2, props_records=5, props_ending_02=0)
     with pytest.raises(ConfigError, match="--broker-version"):
-        detect(facts)
+        releases(facts)
 
 
 def test_a_4_9_checkpoint_has_no_5_x_fields() -> None:
     cp = (1).to_bytes(8, "big") * 3 + bytes(4096 - 24)
-    assert detect(StoreFacts(checkpoint=cp))[0].name == "4.9"
-    assert detect(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:]))[0].name == "5.0"
+    assert detected(StoreFacts(checkpoint=cp)) == "4.9"
+    assert detected(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:])) == "5.0"
 
 
 # --- BatchConsumeQueue audit -----------------------------------------------------------------------------
@@ -303,15 +371,15 @@ def test_batch_queue_damage_is_named(bcq_queue) -> None:
 BYTE_EXACT = [("4.9.7", "default"), ("5.3.3", "default"), ("5.5.0", "default"), ("5.5.0", "crc")]
 
 
-def harness_store(version: str, variant: str) -> Path:
-    """The real broker's store of that version and variant (tests/broker/: built now, or taken from its cache);
-    skipped, saying why, where java, javac or mvn are missing."""
+def harness_store(version: str, variant: str, seed: int = SEED) -> Path:
+    """The real broker's store of that version, variant and workload seed (tests/broker/: built now, or taken
+    from its cache); skipped, saying why, where java, javac or mvn are missing."""
     from tests.broker.harness import build_store, java_available
 
     reason = java_available()
     if reason:
         pytest.skip(f"real RocketMQ broker stores need java, javac and mvn ({reason})")
-    return build_store(version, variant).dir
+    return build_store(version, variant, seed).dir
 
 
 def harness_config(store: Path, version: str) -> BrokerConfig:
@@ -359,6 +427,21 @@ def test_rocksdb_unit_keys_read_back() -> None:
         parse_unit_key(key[:-1])
 
 
+def reference_unit_count(commitlog: Path) -> int:
+    """ConsumeQueue units a 5.5.0 RocksDB store holds, counted by the plain-Python reference walk: one per
+    dispatched record (not PREPARED, not ROLLBACK), and one per LMQ name of a record that holds both LMQ
+    properties and whose topic MixAll.topicAllowsLMQ (not %RETRY%, %DLQ%, rmq_sys_*, SCHEDULE_TOPIC_XXXX)."""
+    blocked = ("%RETRY%", "%DLQ%", "rmq_sys_")
+    n = 0
+    for r in walk_commitlog(commitlog):
+        if r.sys_flag & 0xC not in (0, 0x8):
+            continue
+        names, offsets = r.properties.get("INNER_MULTI_DISPATCH"), r.properties.get("INNER_MULTI_QUEUE_OFFSET")
+        lmq = names and offsets and not r.topic.startswith(blocked) and r.topic != "SCHEDULE_TOPIC_XXXX"
+        n += 1 + (len(names.split(",")) if lmq else 0)
+    return n
+
+
 @pytest.mark.broker
 def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
     """Every unit of the real 5.5.0 broker's RocksDB ConsumeQueue, laid out as files, equals the rebuilt files."""
@@ -374,7 +457,7 @@ def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
         for (t, q), u in units.items()
         for name, data in as_queue_files(u, cfg.cq_file_size)
     }
-    assert sum(len(u) for u in units.values()) == 1711
+    assert sum(len(u) for u in units.values()) == reference_unit_count(root / "commitlog")
     assert sorted(as_files) == sorted(rebuilt.files)
     assert [p for p in as_files if as_files[p] != rebuilt.files[p]] == []
     assert rebuilt.index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
@@ -384,12 +467,52 @@ def test_the_rocksdb_store_holds_what_the_commitlog_gives() -> None:
 
 
 @pytest.mark.broker
-def test_5_5_checkpoint_offsets_are_read_and_kept() -> None:
-    """5.5.0 flushes logicsPhysicalOffset at byte 40 (FACTS.md); a rebuilt checkpoint keeps the live offsets."""
-    page = (harness_store("5.5.0", "default") / "store" / "checkpoint").read_bytes()
+@pytest.mark.parametrize("seed", SEEDS)
+def test_5_5_checkpoint_offsets_are_read_and_kept(seed: int) -> None:
+    """5.5.0 flushes logicsPhysicalOffset at byte 40 only at a thorough ConsumeQueue flush (FACTS.md): zero or a
+    record boundary of the commitlog; a rebuilt checkpoint keeps the live 5.x offsets whatever they are."""
+    store = harness_store("5.5.0", "default", seed)
+    page = (store / "store" / "checkpoint").read_bytes()
     live = Checkpoint.unpack(page)
-    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big") > 0
+    assert live.logics_physical_offset == int.from_bytes(page[40:48], "big")
+    ends = {r.offset + r.total_size for r in walk_commitlog(store / "store" / "commitlog")}
+    assert live.logics_physical_offset == 0 or live.logics_physical_offset in ends
     rebuilt = Checkpoint(1, 2, 3).with_5x_fields_of(live)
     assert rebuilt.pack()[:24] == Checkpoint(1, 2, 3).pack()[:24]
     assert rebuilt.pack()[24:48] == page[24:48]
     assert Checkpoint(1, 2, 3).with_5x_fields_of(None) == Checkpoint(1, 2, 3)
+
+
+def test_5_5_checkpoint_offsets_are_read_from_bytes_24_to_47() -> None:
+    page = b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4, 5, 1_040_318)).ljust(4096, b"\0")
+    live = Checkpoint.unpack(page)
+    assert (live.master_flushed_offset, live.confirm_phy_offset, live.logics_physical_offset) == (4, 5, 1_040_318)
+
+
+@pytest.mark.parametrize(
+    ("source", "releases", "writers"),
+    [
+        ("SCHEDULE_TOPIC_XXXX", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0", "5.1.1"]),
+        ("SCHEDULE_TOPIC_XXXX", ((5, 2, 0), None), ["5.2"]),  # 5.2.0 … 5.3.0 append them; 5.5.0 does not
+        ("rmq_sys_wheel_timer", ((5, 5, 0), None), []),
+        ("%RETRY%g", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0"]),
+        ("TopicOrders", ((4, 9, 0), None), ["4.9", "5.0", "5.1.1", "5.1.2", "5.2", "5.5"]),
+    ],
+)
+def test_only_releases_that_append_lmq_offsets_for_a_source_wrote_them(source, releases, writers) -> None:
+    found = Releases(*releases)
+    got, why = lmq_writers(found, RuleInputs(lmq_sources=((source, 3),)))
+    assert [r.name for r in got] == writers
+    assert bool(why) == (len(writers) < len(found.candidates))
+
+
+def test_a_4_9_store_with_lmq_copies_of_delayed_messages_settles_on_the_rules_that_wrote_them() -> None:
+    """The 4.9.7 harness store's shape: properties not ending with 0x02 and LMQ offsets on SCHEDULE_TOPIC_XXXX
+    records: 5.1.2 … 5.1.x would not have appended them, and 4.9 … 5.1.1 dispatch these records alike."""
+    rules = select("", StoreFacts(props_records=5))
+    inputs = RuleInputs(tagged_index_records=9, lmq_sources=(("SCHEDULE_TOPIC_XXXX", 3), ("TopicOrders", 90)))
+    settled = rules.settle(inputs)
+    assert (settled.rules.name, settled.settled) == ("4.9", True)
+    assert "appended by 4.9.0 up to 5.1.2" in settled.why
+    with pytest.raises(ConfigError, match="contradict"):
+        select("", StoreFacts(props_records=5, props_ending_02=5)).settle(RuleInputs(lmq_sources=(("%RETRY%g", 1),)))

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from storelib.findings import finding
+from storelib.findings import Finding, finding
+from storelib.plan import recover_plan
 from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
 
 DATA = Path(__file__).parent / "data"
@@ -23,21 +24,34 @@ BROKER_CONF = "/work/shared/fixtures/rocketmq-4.9.8-sample/broker.conf"
 TRUNCATED_AT, MESSAGES_KEPT, MESSAGES = 1_965_519, 6_836, 11_967
 
 
+def with_plan(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with recover's plan as the audit puts it there (no rebuilt queue the broker stops at)."""
+    findings = [Finding.from_dict(f) for f in report["findings"]]
+    return dict(report, plan=recover_plan(findings, report["repairs"], {}, truncate=False).to_dict())
+
+
 def crashed() -> dict[str, Any]:
     """The saved crashed/ report without the verdict the audit computed (the tests compute it)."""
     report = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
     report.pop("verdict")
-    return report
+    return with_plan(report)
 
 
 def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exit_code: int = 1) -> dict[str, Any]:
     """A minimal report.json around ``findings`` (dicts of storelib.findings.finding)."""
-    return {
-        "run": {"store": "/data/store a", "rebuilt": "/tmp/w/rebuilt", "rebuilt_temporary": True, "broker_config": {}},
-        "summary": {"exit_code": exit_code, "commitlog": {"min_offset": 0, "max_offset": 1000}},
-        "findings": list(findings),
-        "repairs": list(repairs),
-    }
+    return with_plan(
+        {
+            "run": {
+                "store": "/data/store a",
+                "rebuilt": "/tmp/w/rebuilt",
+                "rebuilt_temporary": True,
+                "broker_config": {},
+            },
+            "summary": {"exit_code": exit_code, "commitlog": {"min_offset": 0, "max_offset": 1000}},
+            "findings": list(findings),
+            "repairs": list(repairs),
+        }
+    )
 
 
 def test_the_crashed_store_is_truncated_where_the_real_broker_truncated_it() -> None:

@@ -28,8 +28,9 @@ from storelib.commitlog import END_UNREADABLE, RecordBatch, SegmentScanner
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.consumequeue import encode_units
-from storelib.dispatch import Dispatch, dispatch_batch
+from storelib.dispatch import Dispatch, dispatch_batch, rule_inputs
 from storelib.segments import Damage, Segment, SegmentSummary
+from storelib.versions import RuleInputs
 from udfs.fs import resolve, write_file
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 
@@ -186,14 +187,16 @@ class _Tally:
         self.damage: list[Damage] = []
         self.crc = 0
         self.after: dict[int, int] = {}  # damaged record's offset -> message records at or after it
+        self.inputs = RuleInputs()
 
-    def add(self, b: RecordBatch, d: Dispatch, damaged: list[int]) -> None:
+    def add(self, b: RecordBatch, d: Dispatch, damaged: list[int], cfg: BrokerConfig) -> None:
         """Take a batch; ``damaged``: the commitlog offsets of the damaged records found so far."""
         for column in (b.physical_offset, b.total_size, b.body_crc, b.queue_id, b.queue_offset, b.sys_flag):
             self.crc = zlib.crc32(column.tobytes(), self.crc)
         for column in (b.store_timestamp, d.tags_code, d.index_key_hash):
             self.crc = zlib.crc32(column.tobytes(), self.crc)
         self.index_entries += len(d.index_key_hash)
+        self.inputs += rule_inputs(d, cfg)
         if self.last_message_offset < 0:
             self.first_ts = int(b.store_timestamp[0])
         self.last_message_offset = int(b.physical_offset[-1])
@@ -224,7 +227,7 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
                     d = dispatch_batch(b, cfg)
                     yield cq_runs(seg.name, b, d) if mode == "dispatch" else message_rows(seg.name, b, d)
                     index_out.write(index_entries(b, d))
-                    tally.add(b, d, [x.offset for x in scanner.damage])
+                    tally.add(b, d, [x.offset for x in scanner.damage], cfg)
             end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")
@@ -246,6 +249,7 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
         worker_peak_rss=peak_rss(),
         fingerprint=f"crc32:{tally.crc:08x}:{scanner.messages if scanner else 0}",
         damage=tuple(sorted(damage, key=lambda x: x.commitlog_offset)),
+        rule_inputs=tally.inputs,
     )
     _, spath = resolve(summary_path(scratch, seg.name))
     write_file(sfs, spath + ".tmp", summary.to_json().encode())

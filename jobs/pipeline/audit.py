@@ -24,19 +24,21 @@ import time
 from typing import Any
 
 from jobs.pipeline.audit_index import audit_index
-from jobs.pipeline.audit_queues import audit_queues
+from jobs.pipeline.audit_queues import audit_queues, stopping_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
-from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, store_rules
+from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
+from storelib.plan import recover_plan
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
+from storelib.versions import BrokerRules
 from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
 
@@ -104,7 +106,10 @@ def audit(
         if uri is not None:
             check_outside_store(store, uri, option)
     before = store_state(store)
-    segments, listing = list_segments(store, run)
+    segments, listing = list_segments(store, run.cfg)
+    given = _rebuild_report(rebuilt) if rebuilt is not None else None
+    if given is not None:
+        run.cfg = dataclasses.replace(run.cfg, brokerVersion=rebuilt_release(given, run.cfg.brokerVersion))
     store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
     scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
     audited = [s for s in segments if s.start >= scope.start]
@@ -119,11 +124,33 @@ def audit(
             summaries = {s.name: summaries[s.name] for s in audited}
         else:
             summaries = scan_segments(run, audited, f"{work}/scratch")
-        fs, root = resolve(rebuilt)
-        rebuild_report = json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+            _check_same_rules(settle_rules(run, store, summaries.values()), given)
+        rebuild_report = _rebuild_report(rebuilt)
         a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
         a.broker_config, a.rebuilt_temporary = broker_config, temporary
         return _audit(a, audited, listing, summaries, before)
+
+
+def _rebuild_report(rebuilt: str) -> dict[str, Any]:
+    """The rebuild's rebuild.json."""
+    fs, root = resolve(rebuilt)
+    return json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+
+
+def rebuilt_release(rebuild_report: dict[str, Any], given: str) -> str:
+    """The release to audit by: ``given`` (``--broker-version``), else the one the rebuild was given, if any."""
+    rules = rebuild_report.get("broker_rules") or {}
+    return given or ((rules.get("version") or "") if rules.get("source") == "--broker-version" else "")
+
+
+def _check_same_rules(rules: BrokerRules, rebuild_report: dict[str, Any] | None) -> None:
+    """A rebuild made by other rules than the audit's would show their differences as damage: CannotAudit."""
+    built = ((rebuild_report or {}).get("broker_rules") or {}).get("name")
+    if built is not None and built != rules.rules.name:
+        raise CannotAudit(
+            f"the rebuild used the broker rules {built}, this audit {rules.rules.name} ({rules.why}): rebuild "
+            "again, or give the --broker-version the rebuild was given"
+        )
 
 
 def _audit(
@@ -209,6 +236,7 @@ def _finish(
         "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
         "repairs": a.repairs,
     }
+    report["plan"] = recover_plan(findings, a.repairs, stopping_queues(a.rebuilt, a.repairs), truncate=False).to_dict()
     report["verdict"] = verdict(report, _messages_lost(a, findings))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)

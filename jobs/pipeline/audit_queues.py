@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
@@ -17,6 +18,8 @@ from jobs.pipeline.listing import list_queues
 from storelib.audit import QueueAudit, classify_batch_queue, queue_repairs
 from storelib.batchcq import BATCH_CONSUMEQUEUE, batch_queue_dir
 from storelib.config import BrokerConfig
+from storelib.constants import CQ_STORE_UNIT_SIZE
+from storelib.consumequeue import decode_units, valid_prefix
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.layout import CONSUMEQUEUE, is_valid_topic, parse_offset_name, parse_queue_id, queue_dir
@@ -186,3 +189,32 @@ def _stale_file_queues(store: str) -> list[Finding]:
 def _in_rocksdb(f: Finding, rocksdb_dir: str) -> Finding:
     """A queue finding about the RocksDB ConsumeQueue: its file is the database, the position a CQ index."""
     return dataclasses.replace(f, file=rocksdb_dir, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")
+
+
+def stopping_queues(rebuilt: str, repairs: list[dict[str, Any]]) -> dict[str, int]:
+    """The repaired ConsumeQueues (queue directory -> queue offset) whose rebuilt files hold a unit the broker stops at.
+
+    ``ConsumeQueue.recover`` reads a queue while ``offset >= 0 and size > 0``: a rebuilt queue with an invalid
+    unit before a sound entry (a queue offset the commitlog has no record for) would hide every entry after it.
+    """
+    queues = sorted({posixpath.dirname(r["file"]) for r in repairs if r["file"].startswith(f"{CONSUMEQUEUE}/")})
+    return {q: at for q in queues if (at := rebuilt_queue_stop(rebuilt, q)) is not None}
+
+
+def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
+    """Queue offset of the first invalid unit of a rebuilt queue that a valid unit follows; None when there is none.
+
+    The files are read one at a time, in queue order.
+    """
+    fs, root = resolve(rebuilt)
+    stop = None
+    for f in list_files(fs, join(root, queue_dir)):
+        units = decode_units(read_file(fs, f.path))
+        valid = (units["offset"] >= 0) & (units["size"] > 0)
+        first = valid_prefix(units) if stop is None else len(units)
+        if first < len(units):
+            stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
+            valid = valid[first:]
+        if stop is not None and valid.any():
+            return stop
+    return None

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from storelib.config import BrokerConfig
+from storelib.versions import BrokerRules
 from udfs.fs import resolve
 
 
@@ -24,6 +25,8 @@ class Run:
     progress: bool = False
     work_root: str | None = None
     startup: float = 0.0  # seconds Spark took to start
+    #: the broker rules resolved for each store this run reads (jobs.pipeline.rebuild.store_rules)
+    broker_rules: dict[str, BrokerRules] = dataclasses.field(default_factory=dict)
 
     @contextlib.contextmanager
     def work_dir(self, beside: str, same_filesystem: bool = False) -> Iterator[str]:

@@ -19,9 +19,11 @@ import functools
 import io
 import json
 import posixpath
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -36,7 +38,7 @@ from storelib.checkpoint import Checkpoint
 from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics
 from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.errors import BadInput, DamageStop
+from storelib.errors import BadInput, DamageStop, StoreFormatError
 from storelib.findings import Finding, finding
 from storelib.indexfile import (
     IndexFileReader,
@@ -62,7 +64,7 @@ from storelib.segments import (
     plan_segments,
     settle_torn_tail,
 )
-from storelib.versions import StoreFacts, record_clues, select, version_text
+from storelib.versions import BrokerRules, RuleInputs, StoreFacts, record_clues, select, version_text
 from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
@@ -78,8 +80,9 @@ ON_ERROR = ("stop", "skip-segment")
 TASK_BYTES = 256 << 20
 #: rows per Arrow batch handed to the writers: a run row holds up to a few MB of packed units
 RUN_ROWS_PER_BATCH = 16
-#: detection reads this much of one segment, and checks the tag keys of at most this many messages
+#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages
 SAMPLE_BYTES = 4 << 20
+SAMPLE_SEGMENTS = 8
 TAG_KEY_SAMPLE = 32
 
 
@@ -102,7 +105,7 @@ class RebuildResult:
         return records
 
 
-def list_segments(store: str, run: Run) -> tuple[list[Segment], list[Finding]]:
+def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Finding]]:
     """The commitlog segments in offset order, and findings about their names, sizes and gaps."""
     fs, root = resolve(store)
     commitlog = join(root, COMMITLOG)
@@ -112,20 +115,32 @@ def list_segments(store: str, run: Run) -> tuple[list[Segment], list[Finding]]:
         ListedFile(i.base_name, i.size, f"{store.rstrip('/')}/{COMMITLOG}/{i.base_name}" if "://" in store else i.path)
         for i in list_files(fs, commitlog)
     ]
-    segments, findings = plan_segments(listed, run.cfg)
+    segments, findings = plan_segments(listed, cfg)
     if not segments:
         raise BadInput(f"{store}: the commitlog directory holds no segments")
     return segments, findings
 
 
-def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]:
-    """Put the store's BatchCQ topics and the broker rules into ``run.cfg``; rebuild.json's ``broker_rules``.
+def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
+    """Put the store's settings (``resolve_rules``) into ``run.cfg``, once per run and store (``run.broker_rules``);
+    detected rules are settled after the parse (``settle_rules``)."""
+    if store in run.broker_rules:
+        return run.broker_rules[store]
+    run.cfg, rules = resolve_rules(store, run.cfg, segments)
+    run.broker_rules[store] = rules
+    if run.progress and rules.settled:
+        print(rules.line, file=sys.stderr)
+    return rules
+
+
+def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tuple[BrokerConfig, BrokerRules]:
+    """The store's BatchCQ topics, store type and broker rules, and the config that holds them.
 
     BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json or the RocksDB config/topics/, plus every
     ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ (or consumequeue_rocksdb/) means
-    ``storeType=defaultRocksDB``: every queue is
-    then rebuilt as a ConsumeQueue, what that RocksDB holds (storelib.rocksdbcq).
-    Rules: ``--broker-version`` when given, else what the store's clues say (storelib.versions.detect).
+    ``storeType=defaultRocksDB``: every queue is then rebuilt as a ConsumeQueue, what that RocksDB holds
+    (storelib.rocksdbcq). Rules: ``--broker-version`` when given, else what the store's clues say
+    (storelib.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -137,12 +152,21 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> dict[str, Any]
     if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
         topics |= set(rocksdb_batch_cq_topics(topics_db))
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
-    store_type = "defaultRocksDB" if rocksdb else run.cfg.storeType
-    cfg = dataclasses.replace(run.cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
-    facts = StoreFacts() if cfg.brokerVersion else store_facts(fs, root, segments, cfg)
-    rules, info = select(cfg.brokerVersion, facts)
-    run.cfg = dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or version_text(rules.first))
-    return info
+    store_type = "defaultRocksDB" if rocksdb else cfg.storeType
+    cfg = dataclasses.replace(cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type)
+    rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
+    return dataclasses.replace(cfg, brokerVersion=version_text(rules.rules.first)), rules
+
+
+def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
+    """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
+    they would write different files), said in one console line."""
+    rules = run.broker_rules[store]
+    if not rules.settled:
+        rules = run.broker_rules[store] = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+        if run.progress:
+            print(rules.line, file=sys.stderr)
+    return rules
 
 
 def _entries(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
@@ -158,26 +182,27 @@ def _read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
 
 
 def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
-    """The clues detection reads: root and consumequeue/ entries, the checkpoint, and the first SAMPLE_BYTES
-    of the segment holding the newest IndexFile's last entry (else the last segment), with their tag keys
-    looked up in the live IndexFiles (a local IndexFile is memory-mapped, a remote one read whole)."""
+    """The clues detection reads: root and consumequeue/ entries, the checkpoint, and the first SAMPLE_BYTES of
+    up to SAMPLE_SEGMENTS segments (``sampled_segments``) until TAG_KEY_SAMPLE tagged messages are found, whose
+    tag keys are looked up in the live IndexFiles (a local IndexFile is memory-mapped, a remote one read whole)."""
     index_dir = join(root, INDEX)
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(_read_at(fs, p, 0, 40)) for p in index]
-    end = headers[-1].end_phy_offset if headers else segments[-1].start
-    seg = [s for s in segments if s.start <= end][-1] if segments[0].start <= end else segments[0]
     cfg49 = dataclasses.replace(cfg, brokerVersion="4.9")
     counts: dict[str, int] = {}
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
-    data = _read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
-    for b in SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False):
-        d = dispatch_batch(b, cfg49)
-        counts.update(record_clues(b, counts))
-        topics, tags, uniq = b.topic, d.tags, d.uniq_key
-        for i in np.flatnonzero(d.to_consume_queue).tolist():
-            if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
-                t = topics[i]
-                tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
+    for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
+        data = _read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
+        for b in SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False):
+            d = dispatch_batch(b, cfg49)
+            counts.update(record_clues(b, counts))
+            topics, tags, uniq = b.topic, d.tags, d.uniq_key
+            for i in np.flatnonzero(d.to_consume_queue).tolist():
+                if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
+                    t = topics[i]
+                    tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
+        if len(tagged) >= TAG_KEY_SAMPLE:
+            break
     found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
@@ -189,8 +214,27 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
     )
 
 
+def sampled_segments(segments: list[Segment], index_end: int | None) -> list[Segment]:
+    """The segments detection samples, at most SAMPLE_SEGMENTS: the one holding ``index_end`` (the newest live
+    IndexFile's last entry; else the last segment) and those before it, newest first."""
+    end = segments[-1].start if index_end is None else index_end
+    upto = [s for s in segments if s.start <= end] or segments[:1]
+    return upto[::-1][:SAMPLE_SEGMENTS]
+
+
 def _segment_path(seg: Segment) -> str:
     return resolve(seg.uri)[1]
+
+
+def _index_reader(fs: pafs.FileSystem, path: str, cfg: BrokerConfig) -> IndexFileReader | None:
+    """A live IndexFile to look keys up in (memory-mapped when local); None when it does not fit the settings."""
+    data = (
+        memoryview(pa.memory_map(path).read_buffer()) if isinstance(fs, pafs.LocalFileSystem) else read_file(fs, path)
+    )
+    try:
+        return IndexFileReader(data, cfg, path)
+    except StoreFormatError:
+        return None
 
 
 def _tag_keys_found(
@@ -201,19 +245,18 @@ def _tag_keys_found(
     cfg: BrokerConfig,
 ) -> tuple[int, int]:
     """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many its
-    ``topic#T#tags`` chain finds too: (found, checked)."""
-    readers: dict[int, IndexFileReader] = {}
+    ``topic#T#tags`` chain finds too: (found, checked). An IndexFile that does not fit the settings (the audit
+    names it) tells nothing."""
+    readers: dict[int, IndexFileReader | None] = {}
     found = checked = 0
     for offset, uniq_key, tag_key in tagged:
         k = next((k for k, h in enumerate(headers) if h.begin_phy_offset <= offset <= h.end_phy_offset), None)
         if k is None:
             continue
         if k not in readers:
-            local = isinstance(fs, pafs.LocalFileSystem)
-            data = memoryview(pa.memory_map(index[k]).read_buffer()) if local else read_file(fs, index[k])
-            readers[k] = IndexFileReader(data, cfg, index[k])
+            readers[k] = _index_reader(fs, index[k], cfg)
         r, span = readers[k], (0, 1 << 62)
-        if offset in r.select_phy_offsets(uniq_key, 64, *span):
+        if r is not None and offset in r.select_phy_offsets(uniq_key, 64, *span):
             checked += 1
             found += offset in r.select_phy_offsets(tag_key, 64, *span)
     return found, checked
@@ -379,15 +422,15 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         raise BadInput(f"on_error must be one of {ON_ERROR}")
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
-    segments, findings = list_segments(store, run)
-    broker_rules = store_rules(run, store, segments)
+    segments, findings = list_segments(store, run.cfg)
+    store_rules(run, store, segments)
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
         runs = parse_store(run, segments, "dispatch", scratch)
         parsed = threading.Event()  # set when the queue writers are done (every parse task was then too)
         with parse_progress(run, segments), concurrent.futures.ThreadPoolExecutor(1) as pool:
-            indexing = pool.submit(index_stage, run, staging, scratch, segments, findings, on_error, parsed)
+            indexing = pool.submit(index_stage, run, store, staging, scratch, segments, findings, on_error, parsed)
             try:
                 queues = write_consume_queues(run, runs, staging)
             finally:
@@ -400,7 +443,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
             findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
-        report["broker_rules"] = broker_rules
+        report["broker_rules"] = run.broker_rules[store].to_dict()
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
@@ -425,6 +468,7 @@ class Indexed:
 
 def index_stage(
     run: Run,
+    store: str,
     staging: str,
     scratch: str,
     segments: list[Segment],
@@ -435,6 +479,7 @@ def index_stage(
     """Judge the segments and build the IndexFiles as soon as every parse task has left its summary, while the
     ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
     scanned = wait_for_summaries(scratch, segments, parsed)
+    settle_rules(run, store, scanned.values())
     skipped = judge(segments, scanned, findings, on_error)
     indexed = Indexed(scanned, skipped, [])
     indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries)

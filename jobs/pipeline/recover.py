@@ -24,7 +24,6 @@ import hashlib
 import io
 import json
 import os
-import posixpath
 import shutil
 import sys
 import uuid
@@ -38,32 +37,19 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.listing import check_outside_store, real_path
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
-from storelib.constants import CHECKPOINT_SIZE, CQ_STORE_UNIT_SIZE
-from storelib.consumequeue import decode_units, valid_prefix
+from storelib.constants import CHECKPOINT_SIZE
 from storelib.errors import BadInput, Refused, RmqStoreError
-from storelib.findings import blocks_recover, is_divergence, is_repairable
-from storelib.layout import CONSUMEQUEUE, inside
+from storelib.findings import blocks_recover, is_divergence
+from storelib.layout import inside
+from storelib.plan import ACTIONS, CHECKPOINT, Plan, Step, recover_plan
 from storelib.verdict import closing_line, plan_lines
-from udfs.fs import join, list_files, read_file, resolve
+from udfs.fs import join, read_file, resolve
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "rmqstore-recover-backup/1"
 TMP_DIR = ".rmqstore-recover-tmp"
-#: findings the checkpoint update answers
-CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
-ACTIONS = ("replace", "create", "delete", "truncate")
 #: free space recover keeps in hand beyond what its files need (manifest, directories, metadata)
 SPACE_MARGIN = 1 << 20
-
-
-@dataclasses.dataclass
-class Step:
-    action: str  # replace, create, delete, truncate
-    file: str  # store-relative path
-    reason: str
-    source: str | None = None  # rebuilt-relative path of the new content
-    data: bytes | None = None  # new content computed here (the checkpoint)
-    offset: int | None = None  # truncate: file offset from which the file is zeroed
 
 
 # --- refusing -------------------------------------------------------------------------------
@@ -90,69 +76,19 @@ def check_stopped(store: str) -> None:
 # --- the plan -------------------------------------------------------------------------------
 
 
-def plan(result: AuditResult, store: str, rebuilt: str, truncate_torn_tail: bool) -> tuple[list[Step], list[str]]:
-    """Steps for the audit's repairs, the checkpoint and (when asked) the torn tail; and what is left alone, why."""
+def plan(result: AuditResult, truncate_torn_tail: bool) -> Plan:
+    """The audit's plan (report.json's ``plan``), with the torn tail's truncate when asked; refused when the
+    audit cannot vouch for the rebuilt index."""
     blocking = [f for f in result.findings if blocks_recover(f)]
     if blocking:
         raise Refused(
             "the audit cannot vouch for the rebuilt index: "
             + "; ".join(f"{f.kind} {f.file}: {f.message}" for f in blocking[:5])
         )
-    steps = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in result.repairs]
-    steps, notes = _without_stopping_queues(steps, rebuilt)
-    for f in result.findings:
-        if f.kind != "commitlog-torn-tail":
-            continue
-        if truncate_torn_tail:
-            steps.append(Step("truncate", f.file, f.kind, offset=f.file_offset))
-        else:
-            notes.append(
-                f"torn commitlog tail in {f.file} at file offset {f.file_offset}: left alone (--truncate-torn-tail)"
-            )
-    if steps or any(f.kind in CHECKPOINT_KINDS for f in result.findings):
-        steps.append(
-            Step("replace", "checkpoint", "checkpoint for the rebuilt index", data=_checkpoint(store, rebuilt))
-        )
-    for f in result.findings:
-        if is_divergence(f) and not is_repairable(f) and not blocks_recover(f):
-            notes.append(f"{f.kind} {f.file}: not something recover changes ({f.message})")
-    return steps, notes
-
-
-def _without_stopping_queues(steps: list[Step], rebuilt: str) -> tuple[list[Step], list[str]]:
-    """Drop every step of a queue whose rebuilt files hold a unit the broker stops at; a note for each.
-
-    ``ConsumeQueue.recover`` reads a queue while ``offset >= 0 and size > 0``: a rebuilt queue with an invalid
-    unit before a sound entry (a queue offset the commitlog has no record for) would hide every entry after it.
-    Such a queue is left as it is in the store.
-    """
-    queues = sorted({posixpath.dirname(s.file) for s in steps if s.file.startswith(f"{CONSUMEQUEUE}/")})
-    stopping = {q: at for q in queues if (at := rebuilt_queue_stop(rebuilt, q)) is not None}
-    notes = [
-        f"{q}: left alone: the rebuilt queue has no entry for queue offset {at} (no record of it in the commitlog), "
-        "and the broker would stop reading the queue at that unit, hiding every entry after it"
-        for q, at in stopping.items()
-    ]
-    return [s for s in steps if posixpath.dirname(s.file) not in stopping], notes
-
-
-def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
-    """Queue offset of the first invalid unit of a rebuilt queue that a valid unit follows; None when there is none.
-
-    The files are read one at a time, in queue order.
-    """
-    fs, root = resolve(rebuilt)
-    stop = None
-    for f in list_files(fs, join(root, queue_dir)):
-        units = decode_units(read_file(fs, f.path))
-        valid = (units["offset"] >= 0) & (units["size"] > 0)
-        first = valid_prefix(units) if stop is None else len(units)
-        if first < len(units):
-            stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
-            valid = valid[first:]
-        if stop is not None and valid.any():
-            return stop
-    return None
+    advised = Plan.from_dict(result.report["plan"])
+    if not truncate_torn_tail:
+        return advised
+    return recover_plan(result.findings, result.repairs, advised.stopping, truncate=True)
 
 
 def _checkpoint(store: str, rebuilt: str) -> bytes:
@@ -273,17 +209,17 @@ def store_target(root: Path, file: str) -> Path:
     return target
 
 
-def _new_size(s: Step, old_size: int, rebuilt_size: Callable[[str], int], cfg: BrokerConfig) -> int:
+def _new_size(s: Step, old_size: int, new_size: Callable[[Step], int], cfg: BrokerConfig) -> int:
     """The size of a step's new file (0 for a delete)."""
     if s.action == "delete":
         return 0
     if s.action == "truncate":
         return max(old_size, cfg.mappedFileSizeCommitLog)
-    return len(s.data) if s.data is not None else rebuilt_size(str(s.source))
+    return new_size(s)
 
 
 def check_free_space(
-    steps: list[Step], targets: list[Path], backup: Path, rebuilt_size: Callable[[str], int], cfg: BrokerConfig
+    steps: list[Step], targets: list[Path], backup: Path, new_size: Callable[[Step], int], cfg: BrokerConfig
 ) -> None:
     """Refuse before any change when the backup and the new files do not fit.
 
@@ -295,7 +231,7 @@ def check_free_space(
     keep = grown = peak = 0
     for s, target in zip(steps, targets):
         old = target.stat().st_size if target.exists() else 0
-        new = _new_size(s, old, rebuilt_size, cfg)
+        new = _new_size(s, old, new_size, cfg)
         keep += old - (s.offset or 0) if s.action != "create" else 0
         peak = max(peak, grown + new)
         grown += max(0, new - old)
@@ -348,7 +284,7 @@ def _back_up(steps: list[Step], targets: list[Path], backup: Path) -> list[dict[
     return entries
 
 
-def _change(s: Step, target: Path, root: Path, rebuilt_file: Callable[[str], Piece], cfg: BrokerConfig) -> str:
+def _change(s: Step, target: Path, root: Path, content: Callable[[Step], Piece], cfg: BrokerConfig) -> str:
     """Make one step's change; the sha256 of the new content (of nothing for a delete)."""
     if s.action == "delete":
         target.unlink(missing_ok=True)
@@ -358,7 +294,7 @@ def _change(s: Step, target: Path, root: Path, rebuilt_file: Callable[[str], Pie
         old, offset = target.stat().st_size, s.offset or 0
         new = [Piece.of_file(target, 0, offset), Piece(None, offset, max(old, cfg.mappedFileSizeCommitLog))]
     else:
-        new = [Piece.of_bytes(s.data) if s.data is not None else rebuilt_file(str(s.source))]
+        new = [content(s)]
     tmp, sha256 = _write_tmp(root, new)
     _rename_into(tmp, target)
     return sha256
@@ -374,12 +310,16 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
     backup = check_backup_dir(store, backup)
     targets = [store_target(root, s.file) for s in steps]
     fs, rebuilt_root = resolve(rebuilt)
+    checkpoint = _checkpoint(store, rebuilt) if any(s.file == CHECKPOINT for s in steps) else b""
 
-    def rebuilt_piece(src: str) -> Piece:
-        path = join(rebuilt_root, src)
+    def content(s: Step) -> Piece:
+        """A step's new content: its rebuilt file, or the rebuilt checkpoint with the live 5.x offsets."""
+        if s.source is None:
+            return Piece.of_bytes(checkpoint)
+        path = join(rebuilt_root, s.source)
         return Piece(lambda: fs.open_input_stream(path), 0, fs.get_file_info(path).size)
 
-    check_free_space(steps, targets, backup, lambda src: rebuilt_piece(src).stop, cfg)
+    check_free_space(steps, targets, backup, lambda s: content(s).stop, cfg)
     manifest = {
         "format": MANIFEST_FORMAT,
         "store": str(root),
@@ -397,7 +337,7 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
         raise RmqStoreError(f"could not back up into {backup}: {exc}; nothing in the store was changed") from None
     for step, entry, target in zip(steps, manifest["steps"], targets):
         try:
-            entry["new_sha256"] = _change(step, target, root, rebuilt_piece, cfg)
+            entry["new_sha256"] = _change(step, target, root, content, cfg)
         except BaseException as exc:  # a full disk, an I/O error, an interrupt: put back what was changed
             _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
         print(f"  done     {step.action} {step.file}", file=sys.stderr)
@@ -525,13 +465,14 @@ def recover(
     before = audited or audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
     if before.exit_code == 2:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
-    steps, notes = plan(before, store, rebuilt, truncate_torn_tail)
-    for note in notes:
+    planned = plan(before, truncate_torn_tail)
+    steps = list(planned.steps)
+    for note in planned.notes:
         print(f"  note: {note}")
     if not steps:
         print("recover: nothing to change")
         return 0
-    print("\n".join(plan_lines(before.report, [vars(s) for s in steps], str(backup) if backup else None)))
+    print("\n".join(plan_lines(before.report, [s.to_dict() for s in steps], str(backup) if backup else None)))
     if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
         return 0

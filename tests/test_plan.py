@@ -1,0 +1,110 @@
+"""One plan: ``rmqstore audit``'s report.json ``plan`` is what ``rmqstore recover`` prints in its dry run and what
+``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; storelib.plan alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from storelib.findings import finding
+from storelib.plan import CHECKPOINT_KINDS, Plan, Step, recover_plan
+from tests.storecopy import rmqstore_main
+
+STEP_LINE = re.compile(r"^  \d+\. (?:(replace|create|delete) (\S+):|zero (\S+) from file offset)")
+
+
+def printed_steps(out: str) -> list[tuple[str, str]]:
+    """(action, file) of every step line of recover's printed plan."""
+    found = [m.groups() for line in out.splitlines() if (m := STEP_LINE.match(line))]
+    return [(a, f) if a else ("truncate", t) for a, f, t in found]
+
+
+def zero_one_cq_file(store: Path) -> None:
+    """A ConsumeQueue file of the store zeroed whole (a lost page), the first one found."""
+    victim = next(p for p in sorted((store / "consumequeue").glob("*/*/0*")) if p.is_file() and p.stat().st_size)
+    victim.write_bytes(bytes(victim.stat().st_size))
+
+
+def damaged_stores(fixture_dir: Path, v5_fixture: Path) -> dict[str, tuple[Path, Path, list[str], Callable]]:
+    return {
+        "4.9.8 crashed": (fixture_dir / "crashed", fixture_dir / "broker.conf", [], lambda s: None),
+        "4.9.8 zeroed queue file": (fixture_dir / "clean", fixture_dir / "broker.conf", [], zero_one_cq_file),
+        "5.5.0 index lost": (
+            v5_fixture / "clean",
+            v5_fixture / "broker.conf",
+            ["--broker-version", "5.5.0"],
+            lambda s: shutil.rmtree(s / "index"),
+        ),
+        "5.5.0 consumequeue lost": (
+            v5_fixture / "clean",
+            v5_fixture / "broker.conf",
+            ["--broker-version", "5.5.0"],
+            lambda s: [shutil.rmtree(s / d) for d in ("consumequeue", "batchconsumequeue")],
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["4.9.8 crashed", "4.9.8 zeroed queue file", "5.5.0 index lost", "5.5.0 consumequeue lost"]
+)
+def test_the_audit_s_plan_is_recover_s_dry_run_and_its_actions(
+    case: str, fixture_dir: Path, v5_fixture: Path, tmp_path: Path, capsys
+) -> None:
+    source, conf, flags, damage = damaged_stores(fixture_dir, v5_fixture)[case]
+    store = tmp_path / "store"
+    shutil.copytree(source, store)
+    damage(store)
+    common = ["--store", str(store), "--broker-config", str(conf), *flags]
+    rmqstore_main(["audit", *common, "--report", str(tmp_path / "audit")])
+    advised = json.loads((tmp_path / "audit" / "report.json").read_text())["plan"]
+    assert advised["steps"], "every case is damage recover repairs"
+    capsys.readouterr()
+    assert rmqstore_main(["recover", *common]) == 0
+    assert printed_steps(capsys.readouterr().out) == [(s["action"], s["file"]) for s in advised["steps"]]
+    backup = tmp_path / "backup"
+    assert rmqstore_main(["recover", *common, "--apply", "--backup-dir", str(backup)]) == 0
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert [(s["action"], s["file"]) for s in manifest["steps"]] == [(s["action"], s["file"]) for s in advised["steps"]]
+
+
+# --- storelib.plan.recover_plan ----------------------------------------------------------------------------
+
+CQ = "consumequeue/T/0/00000000000000000000"
+REPAIRS = [
+    {"action": "replace", "file": CQ, "source": CQ, "reason": "cq-zeroed-entries"},
+    {"action": "create", "file": "index/20260101000000000", "source": "index/20260101000000000", "reason": "x"},
+]
+TORN = finding("commitlog-torn-tail", "commitlog/00000000000000000000", "torn", file_offset=700)
+
+
+def test_the_checkpoint_comes_last_whenever_a_file_changes() -> None:
+    plan = recover_plan([], REPAIRS, {}, truncate=False)
+    assert [s.file for s in plan.steps] == [CQ, "index/20260101000000000", "checkpoint"]
+    assert recover_plan([], [], {}, truncate=False).steps == ()
+    for kind in CHECKPOINT_KINDS:
+        alone = recover_plan([finding(kind, "checkpoint", "x")], [], {}, truncate=False)
+        assert alone.steps == (Step("replace", "checkpoint", "checkpoint for the rebuilt index"),)
+
+
+def test_a_queue_the_broker_would_stop_reading_is_left_alone_and_said() -> None:
+    plan = recover_plan([], REPAIRS, {"consumequeue/T/0": 7}, truncate=False)
+    assert [s.file for s in plan.steps] == ["index/20260101000000000", "checkpoint"]
+    assert plan.notes[0].startswith("consumequeue/T/0: left alone: the rebuilt queue has no entry for queue offset 7")
+
+
+def test_the_torn_tail_is_truncated_only_when_asked() -> None:
+    left = recover_plan([TORN], [], {}, truncate=False)
+    assert left.steps == () and "left alone (--truncate-torn-tail)" in left.notes[0]
+    cut = recover_plan([TORN], [], {}, truncate=True)
+    assert cut.steps[0] == Step("truncate", TORN.file, "commitlog-torn-tail", offset=700)
+    assert cut.steps[-1].file == "checkpoint"
+
+
+def test_a_plan_survives_report_json() -> None:
+    plan = recover_plan([TORN], REPAIRS, {"consumequeue/U/1": 3}, truncate=True)
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
