@@ -20,7 +20,9 @@ from pathlib import Path
 
 from jobs.cli import add_broker_config, broker_config
 from storelib.config import BrokerConfig, broker_config_from_properties
+from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, ConfigError
 from storelib.generate import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
+from storelib.versions import rules_for
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1000, "m": 1 << 20, "mib": 1 << 20, "mb": 10**6}
 _UNITS |= {"g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
@@ -142,28 +144,34 @@ def summary_line(out: str, s: GenerateSummary) -> str:
     )
 
 
+#: the rule set of the stores the generator writes (storelib.generate: 4.9.x record and dispatch rules)
+GENERATED_RULES = "4.9"
+
+
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     preset = PRESETS[args.preset]
     cfg = broker_config(args) if args.broker_config else broker_config_from_properties(preset.broker)
+    if args.broker_version and rules_for(args.broker_version).name != GENERATED_RULES:
+        raise ConfigError(f"the generator writes 4.9.x stores: --broker-version {args.broker_version} is not one")
     try:
         spec = spec_from_args(args)
     except ValueError as exc:
         print(f"rmqstore generate: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT
     if out.exists() and not out.is_dir():
         print(f"rmqstore generate: error: {out} is not a directory", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT
     if out.exists() and any(out.iterdir()):
         if not args.force:
             print(f"rmqstore generate: {out} is not empty (use --force to replace a store there)", file=sys.stderr)
-            return 1
+            return EXIT_FINDINGS
         _remove_store(out)
     try:
         summary = generate_store(out, spec, cfg, progress=_progress(time.monotonic()))
     except ValueError as exc:
         print(f"rmqstore generate: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT
     if summary.deleted_segments < spec.deleted_head_segments:
         print(
             f"rmqstore generate: note: only {summary.deleted_segments} of {spec.deleted_head_segments} head segments "
@@ -173,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     if args.write_broker_config:
         Path(args.write_broker_config).write_text(broker_properties(cfg), encoding="latin-1")
     print(summary_line(args.out, summary))
-    return 0
+    return EXIT_OK
 
 
 def _remove_store(root: Path) -> None:

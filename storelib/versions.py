@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -134,11 +135,14 @@ class StoreFacts:
     crc_property_records: int = 0  # sampled records holding __CRC32#
     tag_keys_found: int | None = None  # sampled tagged records whose topic#T#tags chain leads to them
     tag_keys_checked: int = 0  # sampled tagged records inside a live IndexFile whose UNIQ_KEY was found
+    repeated_name_records: int = 0  # sampled records whose properties hold a name twice (repeated_names)
+    config_entries: frozenset[str] = frozenset()  # names in config/
+    config_keys: frozenset[str] = frozenset()  # config_keys() of the CONFIG_JSON files in config/
 
 
 def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
     """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, properties ending in
-    0x02, and a ``__CRC32#`` piece as the last 20 bytes."""
+    0x02, a ``__CRC32#`` piece as the last 20 bytes, and a property name held twice."""
     record_start = b.props_start + b.props_len - b.total_size
     magic = b.buf[record_start[:, None] + np.arange(4, 8)].view(">i4").ravel()
     props_end = b.props_start + b.props_len
@@ -150,16 +154,101 @@ def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
         "props_records": counts.get("props_records", 0) + int(has_props.sum()),
         "props_ending_02": counts.get("props_ending_02", 0) + int((has_props & (b.buf[props_end - 1] == 2)).sum()),
         "crc_property_records": counts.get("crc_property_records", 0) + int(crc.sum()),
+        "repeated_name_records": counts.get("repeated_name_records", 0) + repeated_names(b),
     }
+
+
+def repeated_names(b: RecordBatch) -> int:
+    """Records whose properties hold a name twice. Up to 5.3.x ``MessageExtEncoder.encode(MessageExtBatch)``
+    appends the batch's own properties (WAIT, CLUSTER, ...) to every member's, which hold WAIT too; from 5.4.0 a
+    member keeps only its own, and single messages are written from a map (a name once). ``__CRC32#`` is left
+    out: the encoder appends it to what a client sent, which may hold one already."""
+    n = 0
+    for start, size in zip(b.props_start[b.props_len > 0].tolist(), b.props_len[b.props_len > 0].tolist()):
+        pairs = b.buf[start : start + size].tobytes().split(b"\x02")
+        names = [p.partition(b"\x01")[0] for p in pairs if p and not p.startswith(CRC32_NAME)]
+        n += len(names) != len(set(names))
+    return n
+
+
+#: config/ files whose key paths detection reads (ConfigManager.persist of TopicConfigManager,
+#: ConsumerOffsetManager, LmqConsumerOffsetManager and the consumer order info manager)
+CONFIG_JSON = ("topics.json", "consumerOffset.json", "lmqConsumerOffset.json", "consumerOrderInfo.json")
+_V50, _V51, _V52, _V54, _V55 = (5, 0, 0), (5, 1, 0), (5, 2, 0), (5, 4, 0), (5, 5, 0)
+#: store-root entries a release writes whatever the workload (clue name, entry, first release; tests/broker/FACTS.md)
+_ROOT_ENTRIES = (
+    ("batchconsumequeue/", "batchconsumequeue", _V50),
+    ("timerlog/", "timerlog", _V50),
+    ("timerwheel", "timerwheel", _V50),
+    ("abort.bak", "abort.bak", _V50),  # DefaultMessageStore.createTempFile: MixAll.string2File over the empty abort
+    ("compaction/", "compaction", _V51),  # CompactionStore: compaction/position-checkpoint at shutdown
+    ("rocksdbstore/", "rocksdbstore", _V54),  # DefaultMessageStore.<init>: MessageRocksDBStorage
+)
+#: config/ files only these releases write (BrokerPathConfigHelper names; the class that persists them)
+_CONFIG_ENTRIES = (
+    ("timercheck", _V50),  # TimerCheckpoint
+    ("timermetrics", _V50),  # TimerMetrics
+    ("consumerOrderInfo.json", _V50),  # ConsumerOrderInfoManager
+    ("transactionMetrics", _V52),  # TransactionMetrics (TransactionMetricsFlushService)
+)
+#: config/ key paths only these releases write: a system topic TopicConfigManager.<init> always adds
+_CONFIG_KEYS = (("topics.json:topicConfigTable.RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", _V54),)
+#: (file, a key every release writes in it, a key only releases from ``since`` write, since): fastjson
+#: properties (public getters) of the object ConfigManager.encode serializes, never null from that release on; a
+#: file holding the first key without the second was written by an older release
+_CONFIG_SCHEMAS = (
+    ("topics.json", "dataVersion", "dataVersion.stateVersion", _V50),  # DataVersion.getStateVersion
+    ("consumerOffset.json", "offsetTable", "dataVersion", _V50),  # ConsumerOffsetManager.getDataVersion
+    ("lmqConsumerOffset.json", "offsetTable", "dataVersion", _V50),
+    ("consumerOrderInfo.json", "table", "orderedConsumptionLevel", _V54),  # QueueLevelConsumerManager
+    ("consumerOrderInfo.json", "table", "orderInfoCount", _V55),
+    ("consumerOffset.json", "offsetTable", "pullOffsetTable", _V55),  # ConsumerOffsetManager.getPullOffsetTable
+    ("lmqConsumerOffset.json", "offsetTable", "pullOffsetTable", _V55),
+)
+# fastjson writes Integer map keys bare: offsetTable {0:61}, delayOffset.json {1:9}
+_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def config_keys(name: str, text: str) -> frozenset[str]:
+    """The key paths ``name:key`` and ``name:key.subkey`` of a config/ file as the broker's fastjson writes it
+    (bare integer map keys allowed); none when it is not a JSON object."""
+    try:
+        doc = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    except ValueError:
+        return frozenset()
+    if not isinstance(doc, dict):
+        return frozenset()
+    inner = {f"{name}:{k}.{sub}" for k, v in doc.items() if isinstance(v, dict) for sub in v}
+    return frozenset({f"{name}:{k}" for k in doc} | inner)
+
+
+def file_clues(f: StoreFacts) -> list[Clue]:
+    """Clues from what a release writes outside commitlog/, index/, consumequeue/ and the checkpoint: store-root
+    entries, config/ files and their JSON key paths (each written only from the release named)."""
+    out = [Clue(c, f"the store root holds {e}", at_least=v) for c, e, v in _ROOT_ENTRIES if e in f.root_entries]
+    out += [Clue(f"config/{e}", f"config/ holds {e}", at_least=v) for e, v in _CONFIG_ENTRIES if e in f.config_entries]
+    for key, since in _CONFIG_KEYS:
+        if key in f.config_keys:
+            name, path = key.split(":")
+            out.append(Clue(f"config {path}", f"config/{name} holds {path}", at_least=since))
+    return out + _schema_clues(f.config_keys)
+
+
+def _schema_clues(keys: frozenset[str]) -> list[Clue]:
+    """A _CONFIG_SCHEMAS file with its newer key: that release or later; without it: an older release."""
+    out = []
+    for name, every, newer, since in _CONFIG_SCHEMAS:
+        if f"{name}:{every}" in keys:
+            has = f"{name}:{newer}" in keys
+            text = f"config/{name} {'holds' if has else 'has no'} {newer}"
+            out.append(Clue(f"config {newer}", text, at_least=since if has else None, below=None if has else since))
+    return out
 
 
 def clues(f: StoreFacts) -> list[Clue]:
     """Every clue the facts hold, in a fixed order."""
-    out = []
+    out = file_clues(f)
     v50, v511, v52, v55 = (5, 0, 0), (5, 1, 1), (5, 2, 0), (5, 5, 0)
-    for entry in ("batchconsumequeue", "timerlog", "timerwheel"):
-        if entry in f.root_entries:
-            out.append(Clue(f"{entry}/", f"the store root holds {entry}", at_least=v50))
     rocks = sorted(e for e in f.consumequeue_entries if ROCKSDB_FILE.match(e))
     if is_rocksdb(f.consumequeue_entries):
         out.append(Clue("rocksdb-consumequeue", f"RocksDB files hold the ConsumeQueue ({', '.join(rocks[:3])})", v52))
@@ -178,6 +267,9 @@ def clues(f: StoreFacts) -> list[Clue]:
         out.append(Clue("properties end 0x02", f"all {props}", at_least=v52))
     elif f.props_records and f.props_ending_02 == 0:
         out.append(Clue("properties end 0x02", f"none of {props}", below=v52))
+    if f.repeated_name_records:
+        text = f"{f.repeated_name_records} sampled record(s) hold a property name twice (batch properties appended)"
+        out.append(Clue("repeated property", text, below=(5, 4, 0)))
     if f.crc_property_records:
         out.append(Clue("__CRC32#", f"{f.crc_property_records} sampled record(s) hold __CRC32#", at_least=v52))
     if f.tag_keys_checked:
@@ -360,7 +452,7 @@ class BrokerRules:
                 f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
                 f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
                 f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
-                [version_text(r.first) or "" for r in writers],
+                [version_text(max(r.first, self.releases.low)) or "" for r in writers],
             )
         why = self.why + (f"; {because}" if because else "")
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"

@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 
 from storelib.audit import (
-    SegmentFacts,
     check_commitlog,
     check_index_header,
     classify_queue,
     index_entries,
-    recovery_start,
 )
 from storelib.checkpoint import Checkpoint
 from storelib.config import load_broker_config
@@ -24,6 +22,7 @@ from storelib.consumequeue import encode_units
 from storelib.findings import finding, is_divergence
 from storelib.indexfile import IndexFileReader, lookup_reachable, query_offsets
 from storelib.javahash import index_key_hash, java_hash
+from storelib.restart import SegmentFacts, recovery_start
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
@@ -363,7 +362,17 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
     assert tree_digest(store) == before, "the audit wrote into the store"
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["format"] == "rmqstore-audit/1"
-    assert set(report) == {"format", "run", "summary", "findings", "queues", "index_files", "repairs", "verdict"}
+    assert set(report) == {
+        "format",
+        "run",
+        "summary",
+        "findings",
+        "queues",
+        "index_files",
+        "repairs",
+        "plan",
+        "verdict",
+    }
     assert (
         report["summary"]["index"]["keys_checked"] == report["summary"]["index"]["keys_total"] == 24670
     )  # the broker's entries

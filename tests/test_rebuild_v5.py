@@ -84,18 +84,24 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
 @pytest.mark.broker
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_5_5_store_without_its_index_is_never_given_guessed_rules(spark, tmp_path: Path, seed: int) -> None:
-    """index/ lost from the real 5.5.0 broker's store: its clues allow 5.2.0 or later, whose IndexFiles differ for
-    its tagged messages: the rebuild stops and writes nothing; with --broker-version 5.5.0 it is byte-exact."""
+    """index/ lost from the real 5.5.0 broker's store: config/ still tells 5.5 (detected, byte-exact). index/ and
+    config/ lost: the clues left allow 5.4.0 or later, whose IndexFiles differ for its tagged messages: the rebuild
+    stops and writes nothing; with --broker-version 5.5.0 it is byte-exact."""
     store = harness_store("5.5.0", "default", seed)
-    lost = tmp_path / "store"
-    shutil.copytree(store / "store", lost, ignore=shutil.ignore_patterns("index", "lock"))
     cfg = load_broker_config(store / "broker.conf")
-    with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
-        rebuild(Run(spark, cfg), str(lost), str(tmp_path / "guessed"))
-    assert e.value.choices == ["5.2.0", "5.5.0"]
-    assert not (tmp_path / "guessed").exists()
-    rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(lost), str(tmp_path / "out"))
-    assert_same_index(store / "store", tmp_path / "out")
+    for lost in (("index",), ("index", "config")):
+        copy = tmp_path / "-".join(lost)
+        shutil.copytree(store / "store", copy, ignore=shutil.ignore_patterns(*lost, "lock"))
+        if lost == ("index",):
+            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "detected"))
+            assert_same_index(store / "store", tmp_path / "detected")
+            continue
+        with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
+            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "guessed"))
+        assert e.value.choices == ["5.4.0", "5.5.0"]
+        assert not (tmp_path / "guessed").exists()
+        rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(copy), str(tmp_path / "given"))
+        assert_same_index(store / "store", tmp_path / "given")
 
 
 @pytest.mark.broker

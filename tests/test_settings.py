@@ -84,8 +84,8 @@ def test_audit_judges_by_the_given_release(store: Path, tmp_path: Path, capsys) 
 
 
 def test_recover_never_guesses_the_release_and_honours_the_one_given(v5_fixture: Path, tmp_path: Path, capsys) -> None:
-    """The real 5.5.0 broker's store with index/ lost: its clues allow 5.2.0 or later, and 5.5.0 indexes its tagged
-    messages by topic#T#<TAGS> where 5.2 does not: recover refuses and names the release to give."""
+    """The real 5.5.0 broker's sample store with index/ lost: its clues allow 5.4.0 or later, and 5.5.0 indexes its
+    tagged messages by topic#T#<TAGS> where 5.4 does not: recover refuses and names the release to give."""
     lost = tmp_path / "store"
     shutil.copytree(v5_fixture / "clean", lost)
     shutil.rmtree(lost / "index")
@@ -95,7 +95,7 @@ def test_recover_never_guesses_the_release_and_honours_the_one_given(v5_fixture:
     assert rmqstore_main(["recover", *conf]) == 2
     err = capsys.readouterr().err
     assert "cannot tell which broker release wrote it" in err and "topic#T#<TAGS>" in err
-    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.2.0" in err
+    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.4.0" in err
     assert f"rmqstore recover {' '.join(conf)} --broker-version 5.5.0" in err
     assert tree_digest(lost) == before and not (tmp_path / "backup").exists()
     assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0"]) == 0
@@ -112,3 +112,13 @@ def test_recover_writes_the_given_release_s_index(store: Path, tmp_path: Path) -
     assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0", "--backup-dir", str(tmp_path / "b")]) == 0
     written = index_bytes(lost)
     assert written and written != index_bytes(store / "store")
+
+
+def test_generate_writes_4_9_stores_only_and_the_given_settings(store: Path, tmp_path: Path, capsys) -> None:
+    base = ["generate", "--messages", "50", "--seed", "1"]
+    assert rmqstore_main([*base, "--out", str(tmp_path / "a"), "--broker-version", "5.5.0"]) == 2
+    assert "writes 4.9.x stores" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    assert rmqstore_main([*base, "--out", str(tmp_path / "b"), "--broker-version", "4.9.8"]) == 0
+    conf = ["--broker-config", str(store / "other.conf")]
+    assert rmqstore_main([*base, "--out", str(tmp_path / "c"), *conf]) == 0
+    assert {p.stat().st_size for p in (tmp_path / "c" / "consumequeue").glob("*/*/0*")} == {800}

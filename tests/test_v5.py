@@ -255,6 +255,10 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
     assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
     assert "no 5.x clue" in rules.why
     assert rules.settle(RuleInputs()).settled
+    narrow = select("", StoreFacts(root_entries=frozenset({"rocksdbstore"})))  # 5.4.0 or later
+    with pytest.raises(AmbiguousRelease) as e:
+        narrow.settle(RuleInputs(tagged_index_records=1))
+    assert e.value.choices == ["5.4.0", "5.5.0"]  # the lowest release the clues allow of each rule set
     with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
         rules.settle(RuleInputs(tagged_index_records=3))
     assert e.value.choices == ["4.9.0", "5.0.0", "5.1.1", "5.1.2", "5.2.0", "5.5.0"]

@@ -64,7 +64,16 @@ from storelib.segments import (
     plan_segments,
     settle_torn_tail,
 )
-from storelib.versions import BrokerRules, RuleInputs, StoreFacts, record_clues, select, version_text
+from storelib.versions import (
+    CONFIG_JSON,
+    BrokerRules,
+    RuleInputs,
+    StoreFacts,
+    config_keys,
+    record_clues,
+    select,
+    version_text,
+)
 from udfs.fs import delete_tree, is_object_store, join, list_files, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
@@ -182,9 +191,10 @@ def _read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
 
 
 def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
-    """The clues detection reads: root and consumequeue/ entries, the checkpoint, and the first SAMPLE_BYTES of
-    up to SAMPLE_SEGMENTS segments (``sampled_segments``) until TAG_KEY_SAMPLE tagged messages are found, whose
-    tag keys are looked up in the live IndexFiles (a local IndexFile is memory-mapped, a remote one read whole)."""
+    """The clues detection reads: root, config/ and consumequeue/ entries, the key paths of config/ JSON files, the
+    checkpoint, and the first SAMPLE_BYTES of up to SAMPLE_SEGMENTS segments (``sampled_segments``) until
+    TAG_KEY_SAMPLE tagged messages are found, whose tag keys are looked up in the live IndexFiles (a local
+    IndexFile is memory-mapped, a remote one read whole)."""
     index_dir = join(root, INDEX)
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(_read_at(fs, p, 0, 40)) for p in index]
@@ -211,7 +221,16 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
         **counts,
         tag_keys_found=found,
         tag_keys_checked=checked,
+        **_config_facts(fs, root),
     )
+
+
+def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:
+    """StoreFacts ``config_entries`` (the names in config/) and ``config_keys`` (of its CONFIG_JSON files)."""
+    entries = _entries(fs, join(root, "config"))
+    files = [i for i in entries if i.base_name in CONFIG_JSON and i.type == pafs.FileType.File]
+    keys = [config_keys(i.base_name, read_file(fs, i.path).decode("utf-8", "replace")) for i in files]
+    return {"config_entries": frozenset(i.base_name for i in entries), "config_keys": frozenset().union(*keys)}
 
 
 def sampled_segments(segments: list[Segment], index_end: int | None) -> list[Segment]:
