@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.broker.disasters import FIGURES, figures
-from tests.broker.harness import BrokerStore, build_store, java_available, read_properties, served, served_queues
+from tests.broker.fixtures import broker_store  # noqa: F401
+from tests.broker.harness import read_properties, served, served_queues
 from tests.reference import walk_commitlog
 from tests.storecopy import run_cli
 
@@ -57,7 +58,7 @@ def zero_middle_of_a_queue_file(root: Path) -> None:
     queue = max((root / "consumequeue").glob("*/*"), key=lambda q: (sum(f.stat().st_size for f in q.iterdir()), str(q)))
     first = sorted(queue.iterdir())[0]
     data = bytearray(first.read_bytes())
-    written = len(data.rstrip(b"\0")) // 20 + 1
+    written = -(-len(data.rstrip(b"\0")) // 20)  # units up to the last non-zero byte
     data[written // 3 * 20 : written * 2 // 3 * 20] = bytes((written * 2 // 3 - written // 3) * 20)
     first.write_bytes(bytes(data))
 
@@ -94,20 +95,16 @@ def cases() -> list:
     return [(v, s) for v in VERSIONS for s in SCENARIOS if s != "g-rocksdb-rolled-back"] + [ROLLED_BACK]
 
 
-@pytest.fixture(scope="module")
-def harness() -> Callable[[str, str], BrokerStore]:
-    reason = java_available()
-    if reason:
-        pytest.skip(f"real RocketMQ broker stores need java, javac and mvn ({reason})")
-    return build_store
-
-
 @pytest.mark.parametrize(("version", "scenario"), cases())
 def test_disaster_recovered_as_the_broker_served_it(
-    spark, harness, tmp_path: Path, version: str, scenario: str
+    spark,
+    broker_store,  # noqa: F811
+    tmp_path: Path,
+    version: str,
+    scenario: str,
 ) -> None:
     variant, lose = SCENARIOS[scenario]
-    store = harness(version, variant)
+    store = broker_store(version, variant)
     settings = read_properties(store.broker_conf)
     if variant == "rocksdb":
         settings["storeType"] = "default"  # rolled back: the broker restarted with file ConsumeQueues
