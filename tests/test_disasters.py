@@ -17,7 +17,7 @@ import pytest
 
 from tests.broker.disasters import FIGURES, figures
 from tests.broker.fixtures import broker_store  # noqa: F401
-from tests.broker.harness import read_properties, served, served_queues
+from tests.broker.harness import read_properties, served, served_key, served_queues
 from tests.reference import walk_commitlog
 from tests.storecopy import run_cli
 
@@ -206,3 +206,20 @@ def assert_files_as_the_broker_wrote_them(original: Path, recovered: Path, scena
     live_index = [p.read_bytes() for p in sorted((original / "index").iterdir())]
     built_index = [p.read_bytes() for p in sorted((recovered / "index").iterdir())]
     assert [i for i, (a, b) in enumerate(zip(built_index, live_index, strict=True)) if a != b] == []
+
+
+def test_served_key_follows_the_bytes_and_the_settings(tmp_path: Path) -> None:
+    """The served cache: the same bytes and settings give the same key (no broker started again); one changed
+    byte, a renamed file or another setting gives another."""
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(64))
+    settings, queues = {"storeType": "default"}, ["TopicA/0"]
+    key = served_key("5.5.0", root, settings, queues)
+    assert served_key("5.5.0", root, dict(settings), list(queues)) == key
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(63) + b"\1")
+    changed = served_key("5.5.0", root, settings, queues)
+    (root / "commitlog" / "00000000000000000000").rename(root / "commitlog" / "00000000000000065536")
+    renamed = served_key("5.5.0", root, settings, queues)
+    others = [served_key("5.3.3", root, settings, queues), served_key("5.5.0", root, {"storeType": "x"}, queues)]
+    assert len({key, changed, renamed, *others}) == 5
