@@ -482,7 +482,8 @@ def mark_delays_delivered(root: Path, levels: int) -> None:
     """config/delayOffset.json saying every delay level is delivered: the schedule service has no switch of its own
     (5.x BrokerController.changeScheduleServiceStatus and 4.9.7 startProcessorByHa follow only the broker role), and
     without it a restart delivers delayed messages again, at new offsets, whenever the offsets it last persisted
-    (every flushDelayOffsetInterval, 10 s) are behind. 5.x correctDelayOffset lowers the value to each queue's max."""
+    (every flushDelayOffsetInterval, 10 s) are behind: the 5.5.0 kill9 store (no delayOffset.json) served without it
+    holds 13 TopicOrders messages more, delivered again. 5.x correctDelayOffset lowers the value to each queue's max."""
     table = ",".join(f"{level}:{DELIVERED}" for level in range(1, levels + 1))
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / "delayOffset.json").write_text(f'{{"offsetTable":{{{table}}}}}')
