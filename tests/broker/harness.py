@@ -6,8 +6,8 @@ transaction checks run, and stops the broker (SIGTERM: its shutdown hook; varian
 of the send burst). The result is cached under `<cache>/stores/<version>-<variant>-seed<seed>-<hash>/` (`store/`,
 `broker.conf`, `sent.jsonl`, `COMPLETE`, `logs/`; kill9 also `served.jsonl`); `<cache>` is $RMQSTORE_CACHE or
 ~/.cache/rmq-store-rebuild, `<hash>` covers the workload, the pom and the harness settings.
-`served(version, store_dir)` starts a broker on a copy of a store and dumps every queue's min/max offset and the
-messages it returns.
+`served(version, store_dir)` starts a broker on a copy of a store and dumps every queue's min/max offset, the
+messages it returns (also tag-filtered) and its answers to index queries by key, UNIQ_KEY and (5.5) tag, cached.
 
 Every process runs in its own process group and is killed at the end (finally + atexit); every wait is bounded.
 Command line: `python -m tests.broker.harness VERSION [VARIANT [SEED]]` builds one store and prints its path.
@@ -80,6 +80,16 @@ SYSTEM_QUEUES = [
     "rmq_sys_wheel_timer/0",
     *(f"SCHEDULE_TOPIC_XXXX/{queue_id}" for queue_id in range(18)),  # one queue per delay level
 ]
+# Settings a served run adds: no timer wheel (5.x timerWheelEnable; a store without timerwheel/timerlog would deliver
+# every timer message again), no transaction check (it puts unresolved half messages again), index queries up to
+# LOOKUP_MAX results (maxMsgsNumBatch caps queryMessage, default 64; a tag has more messages than that).
+LOOKUP_MAX = 1000
+SERVE_SETTINGS = {
+    "timerWheelEnable": "false",
+    "transactionCheckInterval": "86400000",
+    "maxMsgsNumBatch": str(LOOKUP_MAX),
+}
+DELIVERED = 1 << 40  # a delay queue offset past any store's end
 SENDS = 1200
 SEED = 7
 # every version's default store is also written with these seeds: a test fitted to one seed's store fails on another
@@ -178,14 +188,16 @@ def broker_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java compiled against this version's client jars (once per source hash)."""
-    src = HERE / "Workload.java"
-    out = CACHE / "broker" / version / f"workload-{hashlib.sha256(src.read_bytes()).hexdigest()[:12]}"
-    if not (out / "Workload.class").is_file():
+    """Workload.java and Served.java compiled against this version's client jars (once per source hash)."""
+    sources = [HERE / "Workload.java", HERE / "Served.java"]
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
+    out = CACHE / "broker" / version / f"workload-{digest}"
+    if not (out / "Served.class").is_file():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         cp = f"{broker_lib(version)}/*"
-        _run_checked(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), str(src)], timeout=300)
+        cmd = ["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), *map(str, sources)]
+        _run_checked(cmd, timeout=300)
         try:
             tmp.replace(out)
         except OSError:  # another process compiled it first
@@ -276,13 +288,15 @@ class Running:
     broker: subprocess.Popen
 
     def workload(self, mode: str, *args: str) -> list[str]:
-        """The command line of Workload.java's `mode` against this broker."""
+        """The command line of Workload.java's `mode` (or of Served.java: mode "served") against this broker."""
         cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, "Workload", mode, *addrs, *args]
+        main = ["Served"] if mode == "served" else ["Workload", mode]
+        return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
-        """Workload.java's `mode` to its end, at most `timeout` s; its output goes to logs/<mode>.out."""
+        """Workload.java's `mode` (Served.java for "served") to its end, at most `timeout` s; its output goes to
+        logs/<mode>.out."""
         proc = start(self.workload(mode, *args), self.run_dir / "logs" / f"{mode}.out", self.run_dir)
         try:
             proc.wait(timeout=timeout)
@@ -429,24 +443,70 @@ def write_served(version: str, store: Path, settings: dict[str, str] | None = No
     tmp.replace(store / "served.jsonl")
 
 
-def served(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[dict]:
-    """What a broker serves from a COPY of `store_dir` after its recovery, for every consumequeue/ and
-    batchconsumequeue/ directory of the store: a `queue` line (topic, queueId, minOffset, maxOffset, or error),
-    then a `message` line per message a pull consumer gets from minOffset to maxOffset (topic/queueId of the queue,
-    pullOffset = where that pull began, queueOffset/commitLogOffset/msgTopic/msgQueueId as the client decodes the
-    record, msgId (UNIQ_KEY), offsetMsgId, keys, tags, multiDispatch/multiQueueOffset (LMQ properties)).
-    A store without queue directories (RocksDB ConsumeQueue) is asked for the queues of the sent.jsonl beside it,
-    their LMQ queues and SYSTEM_QUEUES. `settings` defaults to the broker.conf beside the store."""
-    settings = settings or read_properties(store_dir.parent / "broker.conf")
+def served(
+    version: str, store_dir: Path, settings: dict[str, str] | None = None, queues: list[str] | None = None
+) -> list[dict]:
+    """What a broker serves from a COPY of `store_dir` after its recovery (Served.java), for `queues` (topic/queueId;
+    default: every consumequeue/ and batchconsumequeue/ directory of the store, or for a store without them (RocksDB
+    ConsumeQueue) the queues of the sent.jsonl beside it, their LMQ queues and SYSTEM_QUEUES): per queue a `queue`
+    line (topic, queueId, minOffset, maxOffset, or error) and a `message` line per message pulled from minOffset to
+    maxOffset (queueOffset/commitLogOffset/msgTopic/msgQueueId as the client decodes the record, msgId (UNIQ_KEY),
+    offsetMsgId, keys, tags, multiDispatch/multiQueueOffset (LMQ properties)), then a `tagged` line per tag of its
+    messages (queueOffsets pulled with that tag as the subscription expression); then a `lookup` line per IndexFile
+    query (`by` KEYS, UNIQ_KEY, and on 5.5 TAGS; topic, key, found: the commitlog offsets the client accepts).
+    Served with SERVE_SETTINGS and every delay level marked delivered (`mark_delays_delivered`). `settings` defaults
+    to the broker.conf beside the store. The result is cached in <cache>/served/ under `served_key`: the same bytes
+    served the same way start no broker."""
+    settings = {**(settings or read_properties(store_dir.parent / "broker.conf")), **SERVE_SETTINGS}
+    queues = queues or served_queues(store_dir)
+    cached = CACHE / "served" / f"{served_key(version, store_dir, settings, queues)}.jsonl"
+    if cached.is_file():
+        return read_jsonl(cached)
     run_dir = CACHE / "served-runs" / f"{version}-{os.getpid()}-{time.time_ns()}"
     try:
         shutil.copytree(store_dir, run_dir / "store")
-        queues = ",".join(_store_queues(run_dir / "store") or _sent_queues(store_dir.parent / "sent.jsonl"))
+        mark_delays_delivered(run_dir / "store", len(settings["messageDelayLevel"].split()))
+        args = [f"out={run_dir / 'served.jsonl'}", f"queues={','.join(queues)}", f"tagIndex={_tag_index(version)}"]
         with running_broker(version, run_dir, settings) as broker:
-            broker.run_workload("served", f"out={run_dir / 'served.jsonl'}", f"queues={queues}", timeout=120)
-        return read_jsonl(run_dir / "served.jsonl")
+            broker.run_workload("served", *args, f"lookupMax={LOOKUP_MAX}", timeout=300)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / "served.jsonl").replace(cached)
+        return read_jsonl(cached)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def served_key(version: str, store_dir: Path, settings: dict[str, str], queues: list[str]) -> str:
+    """What defines a served result: the version, the serve settings, the queues, the Java sources and a sha256
+    over every file of the store (relative path and bytes)."""
+    h = hashlib.sha256(json.dumps([version, settings, queues, LOOKUP_MAX], sort_keys=True).encode())
+    for name in ("Workload.java", "Served.java"):
+        h.update((HERE / name).read_bytes())
+    for path in sorted(p for p in store_dir.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(store_dir)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:24]
+
+
+def mark_delays_delivered(root: Path, levels: int) -> None:
+    """config/delayOffset.json saying every delay level is delivered: the schedule service has no switch of its own
+    (5.x BrokerController.changeScheduleServiceStatus and 4.9.7 startProcessorByHa follow only the broker role), and
+    without it a restart delivers delayed messages again, at new offsets, whenever the offsets it last persisted
+    (every flushDelayOffsetInterval, 10 s) are behind: the 5.5.0 kill9 store (no delayOffset.json) served without it
+    holds 13 TopicOrders messages more, delivered again. 5.x correctDelayOffset lowers the value to each queue's max."""
+    table = ",".join(f"{level}:{DELIVERED}" for level in range(1, levels + 1))
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "delayOffset.json").write_text(f'{{"offsetTable":{{{table}}}}}')
+
+
+def _tag_index(version: str) -> bool:
+    """5.5.0 and later index `topic#T#<TAGS>` and let a client ask for it (MQAdminImpl.queryMessage indexType "T")."""
+    return tuple(map(int, version.split("."))) >= (5, 5)
+
+
+def served_queues(root: Path) -> list[str]:
+    """The queues `served` asks for by default: the store's queue directories, or (none: a RocksDB ConsumeQueue) the
+    queues of the sent.jsonl beside it."""
+    return _store_queues(root) or _sent_queues(root.parent / "sent.jsonl")
 
 
 def restarted(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[str]:
