@@ -118,7 +118,8 @@ def broker_properties(cfg: BrokerConfig) -> str:
     """``cfg`` as a broker properties file (``name=value``, booleans as true/false)."""
     lines = ["# broker settings of a store written by rmqstore generate"]
     for name, value in cfg.to_dict().items():
-        lines.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+        if value != "":  # not set (storeType: read off the store)
+            lines.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
     return "\n".join(lines) + "\n"
 
 

@@ -53,7 +53,7 @@ class BrokerConfig:
     rocksdbCQDoubleWriteEnable: bool = False
     combineCQUseRocksdbForLmq: bool = False  # with the above, 5.5.0 writes no LMQ units into file queues
     mapperFileSizeBatchConsumeQueue: int = 300_000 * BCQ_STORE_UNIT_SIZE
-    storeType: str = "default"
+    storeType: str = ""  # "" = not set: defaultRocksDB when the store's consumequeue/ holds a RocksDB, else default
     #: the log is DLedger's (dledger-<selfId>/data/): set by broker.conf or by the store's own directories
     enableDLegerCommitLog: bool = False
     #: the broker release whose rules apply (``--broker-version``); "" = not given: 4.9 rules unless detected

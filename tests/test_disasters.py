@@ -81,13 +81,13 @@ SYSTEM_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "rmq_sys_")  # pulled, but n
 CRASHED = ("d-kill9", "e-torn-tail")  # the oracle is the broker's own crash recovery of the damaged copy
 
 
-# A known defect: rebuild takes a RocksDB in consumequeue/ for storeType=defaultRocksDB whatever --broker-config
-# says (jobs/pipeline/rebuild.py, resolve_rules), and recover writes no file queue into a RocksDB store, so recover
-# answers "nothing to change" (exit 0) while the broker restarted with storeType=default serves a tenth of it.
+# A known defect: with --broker-config saying storeType=default, recover now writes the file ConsumeQueues of a
+# RocksDB store (it answered "nothing to change" before), but its %LMQ% queues, built from the records'
+# INNER_MULTI_QUEUE_OFFSET, hold more units (room-0: 40) than the RocksDB broker served (37): not understood yet.
 ROLLED_BACK = pytest.param(
     "5.5.0",
     "g-rocksdb-rolled-back",
-    marks=pytest.mark.xfail(strict=True, reason="recover keeps storeType=defaultRocksDB when the config says default"),
+    marks=pytest.mark.xfail(strict=True, reason="%LMQ% queues rebuilt from a RocksDB store's records hold more units"),
 )
 
 

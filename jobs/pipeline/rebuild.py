@@ -141,11 +141,13 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
 def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tuple[BrokerConfig, BrokerRules]:
     """The store's BatchCQ topics, store type and broker rules, and the config that holds them.
 
-    BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json or the RocksDB config/topics/, plus every
-    ``batchconsumequeue/<topic>``. A RocksDB in consumequeue/ (or consumequeue_rocksdb/) means
-    ``storeType=defaultRocksDB``: every queue is then rebuilt as a ConsumeQueue, what that RocksDB holds
-    (storelib.rocksdbcq). Rules: ``--broker-version`` when given, else what the store's clues say
-    (storelib.versions.select).
+    Store type: the config's ``storeType`` when it sets one (``default`` on a RocksDB store: rolled back to file
+    ConsumeQueues, which the broker then rebuilds from the commitlog), else ``defaultRocksDB`` when a RocksDB is in
+    consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
+    holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
+    ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
+    a broker in file mode reads topics.json only). Rules: ``--broker-version`` when given, else what the store's
+    clues say (storelib.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -153,11 +155,11 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     if fs.get_file_info(topics_json).type == pafs.FileType.File:
         topics |= set(batch_cq_topics(read_file(fs, topics_json).decode("utf-8", "replace")))
     topics |= {i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE)) if i.type == pafs.FileType.Directory}
-    topics_db = join(root, "config", "topics")
-    if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
-        topics |= set(rocksdb_batch_cq_topics(topics_db))
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
-    store_type = "defaultRocksDB" if rocksdb else cfg.storeType
+    store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
+    topics_db = join(root, "config", "topics")
+    if store_type == "defaultRocksDB" and fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
+        topics |= set(rocksdb_batch_cq_topics(topics_db))
     dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
     cfg = dataclasses.replace(
         cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type, enableDLegerCommitLog=dledger
