@@ -49,6 +49,7 @@ from storelib.layout import (
     offset_file_name,
     queue_dir,
 )
+from storelib.restart import Restart, SegmentFacts, next_start, stops_recovery
 from storelib.segments import Segment, SegmentSummary
 
 # --- ConsumeQueue --------------------------------------------------------------------------
@@ -257,6 +258,7 @@ class _Queue:
             b + self.l_end,
             b + self.r_min,
             b + self.r_end,
+            _max_physic_offset(self.lv.offset[: self.l_end], self.lv.size[: self.l_end], self.lv.valid[: self.l_end]),
         )
 
 
@@ -541,8 +543,10 @@ def _row(
     live_end: int | None,
     rebuilt_min: int | None,
     rebuilt_end: int | None,
+    live_max_physic_offset: int = -1,
 ) -> dict[str, object]:
-    """One line of the per-queue table."""
+    """One line of the per-queue table (``live_max_physic_offset``: the queue's ``getMaxPhysicOffset`` after
+    its recovery, the end of the record its last unit before ``live_end`` points at; -1 without one)."""
     bad = [f for f in findings if is_divergence(f)]
     return {
         "topic": topic,
@@ -554,6 +558,7 @@ def _row(
         "rebuilt_entries": rebuilt_entries,
         "rebuilt_min": rebuilt_min,
         "rebuilt_end": rebuilt_end,
+        "live_max_physic_offset": live_max_physic_offset,
         "first_bad_queue_offset": min((f.queue_offset for f in bad if f.queue_offset is not None), default=None),
         "bad_entries": sum(f.count or 0 for f in bad),
     }
@@ -638,8 +643,15 @@ def classify_batch_queue(
         write = sorted(n for n, data in rebuilt.items() if live.get(n) != data)
         delete = sorted(n for n in live if n not in rebuilt)
     first = int(rebuilt_base[0]) if r_end else None
-    row = _row(topic, queue_id, findings, l_end, r_end, _batch_end(lv, l_end), first, _batch_end(rb, r_end))
+    live_max = _max_physic_offset(lv["offset"][:l_end], lv["size"][:l_end])
+    row = _row(topic, queue_id, findings, l_end, r_end, _batch_end(lv, l_end), first, _batch_end(rb, r_end), live_max)
     return QueueAudit(topic, queue_id, findings, row, write, delete, rel_dir)
+
+
+def _max_physic_offset(offset: np.ndarray, size: np.ndarray, valid: np.ndarray | None = None) -> int:
+    """offset + size of the last (valid) unit: where a queue's records end in the commitlog; -1 without one."""
+    last = np.flatnonzero(valid) if valid is not None else np.arange(len(offset))
+    return int(offset[last[-1]]) + int(size[last[-1]]) if len(last) else -1
 
 
 def _batch_end(units: np.ndarray, n: int) -> int | None:
@@ -655,46 +667,23 @@ def _batch_units(files: Mapping[str, bytes]) -> np.ndarray:
 
 # --- CommitLog -------------------------------------------------------------------------------
 
-#: rebuild findings at which the broker's recovery check stops (CRC checked on recovery)
-RECOVERY_STOPS = ("crc-mismatch", "crc-property-mismatch", "length-mismatch", "bad-delay-level")
 
-
-def stops_recovery(kind: str, cfg: BrokerConfig) -> bool:
-    """Whether ``CommitLog.checkMessageAndReturnSize`` rejects such a record at recovery: with
-    ``checkCRCOnRecover`` it checks BODYCRC, or instead the ``__CRC32#`` property when ``forceVerifyPropCRC``."""
-    if kind == "crc-mismatch":
-        return cfg.checkCRCOnRecover and not cfg.forceVerifyPropCRC
-    if kind == "crc-property-mismatch":
-        return cfg.checkCRCOnRecover and cfg.forceVerifyPropCRC
-    return kind in RECOVERY_STOPS
-
-
-@dataclasses.dataclass(frozen=True)
-class SegmentFacts:
-    """What the audit needs of a segment (from rebuild.json and the parsed records)."""
-
-    file: str
-    start: int
-    messages: int
-    end_offset: int
-    first_store_timestamp: int  # 0 when the segment has no message
-
-
-def recovery_start(segments: list[SegmentFacts], checkpoint: Checkpoint | None, abort: bool) -> int:
-    """Index of the segment the broker's recovery starts from.
-
-    Clean shutdown (``recoverNormally``): the third-last segment. Crash (``recoverAbnormally``):
-    walking back from the last segment, the first whose first message is not after the
-    checkpoint's min timestamp (min(physic, logics) - 3 s); segment 0 if none is.
-    """
-    if not abort:
-        return max(0, len(segments) - 3)
-    limit = checkpoint.min_timestamp() if checkpoint else 0
-    for i in range(len(segments) - 1, -1, -1):
-        ts = segments[i].first_store_timestamp
-        if ts > 0 and ts <= limit:
-            return i
-    return 0
+def restart_of(
+    segments: list[SegmentFacts],
+    rebuild_findings: list[Finding],
+    checkpoint: Checkpoint | None,
+    abort: bool,
+    cfg: BrokerConfig,
+    commitlog_max: int,
+    cq_max_physic_offset: int = -1,
+) -> Restart | None:
+    """The broker's next start (storelib.restart.next_start), stopping at the records the rebuild found it rejects."""
+    stops = [
+        (f.commitlog_offset, f.kind)
+        for f in rebuild_findings
+        if f.commitlog_offset is not None and stops_recovery(f.kind, cfg)
+    ]
+    return next_start(segments, stops, checkpoint, abort, cfg, commitlog_max, cq_max_physic_offset)
 
 
 def check_commitlog(
@@ -706,8 +695,10 @@ def check_commitlog(
     commitlog_max: int,
     last_store_timestamp: int,
     last_cq_store_timestamp: int,
+    cq_max_physic_offset: int = -1,
 ) -> list[Finding]:
-    """Preallocated segments, the abort marker, the checkpoint, and whether recovery would truncate sound data."""
+    """Preallocated segments, the abort marker, the checkpoint, and whether recovery would truncate sound data
+    (``cq_max_physic_offset``: the end of the last record a live ConsumeQueue points at, -1 when none does)."""
     out: list[Finding] = []
     with_messages = [i for i, s in enumerate(segments) if s.messages > 0]
     last = with_messages[-1] if with_messages else -1
@@ -721,7 +712,7 @@ def check_commitlog(
                     commitlog_offset=s.start,
                 )
             )
-    start = recovery_start(segments, checkpoint, abort)
+    restart = restart_of(segments, rebuild_findings, checkpoint, abort, cfg, commitlog_max, cq_max_physic_offset)
     how = "crash recovery (abort exists)" if abort else "normal recovery"
     if abort:
         out.append(
@@ -729,66 +720,68 @@ def check_commitlog(
                 "abort-marker",
                 "abort",
                 f"the broker did not shut down cleanly; at start its {how} re-checks the commitlog from segment "
-                f"{segments[start].file if segments else '-'}",
+                f"{segments[restart.start].file if restart else '-'}",
             )
         )
+    out += _checkpoint_findings(checkpoint, commitlog_max, last_store_timestamp, last_cq_store_timestamp)
+    if restart and restart.lost:
+        out.append(_truncate_finding(segments, restart, how, commitlog_max))
+    return out
+
+
+def _checkpoint_findings(
+    checkpoint: Checkpoint | None, commitlog_max: int, last_store_timestamp: int, last_cq_store_timestamp: int
+) -> list[Finding]:
+    """An unreadable checkpoint, or one ahead of the records it can refer to."""
     if checkpoint is None:
-        out.append(finding("checkpoint-unreadable", "checkpoint", "no readable 4096-byte checkpoint"))
-    else:
-        for field, have in (
-            ("physicMsgTimestamp", last_store_timestamp),
-            ("logicsMsgTimestamp", last_cq_store_timestamp),
-        ):
-            value = checkpoint.physic_msg_timestamp if field.startswith("physic") else checkpoint.logics_msg_timestamp
-            if value > have:
-                out.append(
-                    finding(
-                        "checkpoint-ahead",
-                        "checkpoint",
-                        f"{field} {value} is after the last record it can refer to ({have}): "
-                        "records the broker had flushed are missing",
-                        expected=f"<= {have}",
-                        actual=str(value),
-                    )
-                )
-        if checkpoint.confirm_phy_offset > commitlog_max:
+        return [finding("checkpoint-unreadable", "checkpoint", "no readable 4096-byte checkpoint")]
+    out = []
+    for field, value, have in (
+        ("physicMsgTimestamp", checkpoint.physic_msg_timestamp, last_store_timestamp),
+        ("logicsMsgTimestamp", checkpoint.logics_msg_timestamp, last_cq_store_timestamp),
+    ):
+        if value > have:
             out.append(
                 finding(
                     "checkpoint-ahead",
                     "checkpoint",
-                    f"confirmPhyOffset {checkpoint.confirm_phy_offset} is past the last valid record {commitlog_max}",
-                    commitlog_offset=commitlog_max,
-                    expected=f"<= {commitlog_max}",
-                    actual=str(checkpoint.confirm_phy_offset),
+                    f"{field} {value} is after the last record it can refer to ({have}): "
+                    "records the broker had flushed are missing",
+                    expected=f"<= {have}",
+                    actual=str(value),
                 )
             )
-    if segments:
-        begin = segments[start].start
-        stops = sorted(
-            (f for f in rebuild_findings if f.commitlog_offset is not None and f.commitlog_offset >= begin),
-            key=lambda f: f.commitlog_offset or 0,
+    if checkpoint.confirm_phy_offset > commitlog_max:
+        out.append(
+            finding(
+                "checkpoint-ahead",
+                "checkpoint",
+                f"confirmPhyOffset {checkpoint.confirm_phy_offset} is past the last valid record {commitlog_max}",
+                commitlog_offset=commitlog_max,
+                expected=f"<= {commitlog_max}",
+                actual=str(checkpoint.confirm_phy_offset),
+            )
         )
-        stops = [f for f in stops if stops_recovery(f.kind, cfg) or f.kind.startswith("segment-")]
-        if stops and (stops[0].commitlog_offset or 0) < commitlog_max:
-            f = stops[0]
-            at = f.commitlog_offset or 0
-            lost = commitlog_max - at
-            total = commitlog_max - segments[0].start
-            out.append(
-                finding(
-                    "recovery-would-truncate",
-                    f.file,
-                    f"the broker's {how} starts at segment {segments[start].file}, stops at the record at "
-                    f"commitlog offset {at} ({f.kind}) and truncates the commitlog there: {lost} bytes "
-                    f"({100 * lost / max(1, total):.0f}% of the log) of records after it are lost to consumers",
-                    commitlog_offset=at,
-                    file_offset=f.file_offset,
-                    count=lost,
-                    expected=f"max offset {commitlog_max}",
-                    actual=f"max offset {at} after recovery",
-                )
-            )
     return out
+
+
+def _truncate_finding(segments: list[SegmentFacts], restart: Restart, how: str, commitlog_max: int) -> Finding:
+    """recovery-would-truncate: where the broker's recovery stops, and the bytes of valid records after it."""
+    at = restart.truncate_at
+    seg = next(s for s in reversed(segments) if s.start <= at)
+    total = commitlog_max - segments[0].start
+    return finding(
+        "recovery-would-truncate",
+        f"commitlog/{seg.file}",
+        f"the broker's {how} starts at segment {segments[restart.start].file}, stops at the record at "
+        f"commitlog offset {at} ({restart.stop}) and truncates the commitlog there: {restart.lost} bytes "
+        f"({100 * restart.lost / max(1, total):.0f}% of the log) of records after it are lost to consumers",
+        commitlog_offset=at,
+        file_offset=at - seg.start,
+        count=restart.lost,
+        expected=f"max offset {commitlog_max}",
+        actual=f"max offset {at} after recovery",
+    )
 
 
 # --- IndexFile ------------------------------------------------------------------------------

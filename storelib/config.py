@@ -42,6 +42,8 @@ class BrokerConfig:
     messageIndexEnable: bool = True
     enableConsumeQueueExt: bool = False
     checkCRCOnRecover: bool = True
+    messageIndexSafe: bool = False  # crash recovery also waits for the checkpoint's indexMsgTimestamp
+    commitLogRecoverMaxNum: int = 10  # 5.5.0: recovery looks back at most this many segments (<= 0: 10)
     forceVerifyPropCRC: bool = False  # 5.2+: recovery checks __CRC32# instead of BODYCRC
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     #: hashSlotCount rule: "occupied" (current brokers) or "every-put" (very old brokers)

@@ -122,7 +122,26 @@ def broker_outcome(report: Mapping[str, Any], cut: Mapping[str, Any] | None) -> 
             f"{lost} after it are lost to consumers."
         )
     how = "after crash recovery (abort exists); no sound record is lost" if crash else "normally"
-    return "start", f"The broker would start {how}" + (", with the damage below." if divergences(report) else ".")
+    return "start", f"The broker would start {how}" + _recovery_words(report) + (
+        ", with the damage below." if divergences(report) else "."
+    )
+
+
+def _recovery_words(report: Mapping[str, Any]) -> str:
+    """``; its recovery starts at commitlog offset N and dispatches A to B again`` (report.json's run.restart)."""
+    r = report["run"].get("restart")
+    if not r:
+        return ""
+    by_release = report["run"].get("restart_by_release") or {}
+    if by_release:
+        each = "; ".join(f"{v}: offset {x['start_offset']:,}" for v, x in by_release.items())
+        return f"; where its recovery starts depends on the release ({each}): give --broker-version to know"
+    again = (
+        f" and dispatches {r['dispatch_from']:,} to {r['truncate_at']:,} again"
+        if r["dispatch_from"] < r["truncate_at"]
+        else ""
+    )
+    return f"; its recovery ({r['rules']} rules) starts at commitlog offset {r['start_offset']:,}{again}"
 
 
 def problem_lines(report: Mapping[str, Any]) -> list[dict[str, Any]]:

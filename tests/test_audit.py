@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 
 from storelib.audit import (
-    SegmentFacts,
     check_commitlog,
     check_index_header,
     classify_queue,
     index_entries,
-    recovery_start,
 )
 from storelib.checkpoint import Checkpoint
 from storelib.config import load_broker_config
@@ -24,6 +22,7 @@ from storelib.consumequeue import encode_units
 from storelib.findings import finding, is_divergence
 from storelib.indexfile import IndexFileReader, lookup_reachable, query_offsets
 from storelib.javahash import index_key_hash, java_hash
+from storelib.restart import SegmentFacts, recovery_start
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 

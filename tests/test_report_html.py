@@ -77,7 +77,7 @@ def crashed_report() -> dict[str, Any]:
 def clean_report() -> dict[str, Any]:
     """The same run as if the store were sound: no findings, every queue ok, nothing to repair."""
     report = copy.deepcopy(crashed_report())
-    report.update(findings=[], repairs=[])
+    report.update(findings=[], repairs=[], plan={"steps": [], "stopping": {}, "notes": []})
     report["summary"].update(exit_code=0, error=0, warning=0, info=0, findings=0, kinds={})
     for q in report["queues"]:
         q.update(status="ok", kinds=[], first_bad_queue_offset=None, bad_entries=0)

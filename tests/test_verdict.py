@@ -34,7 +34,7 @@ def crashed() -> dict[str, Any]:
     """The saved crashed/ report without the verdict the audit computed (the tests compute it)."""
     report = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
     report.pop("verdict")
-    return with_plan(report)
+    return report
 
 
 def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exit_code: int = 1) -> dict[str, Any]:
@@ -204,3 +204,11 @@ def test_settings_from_an_unnamed_file_leave_a_placeholder_not_the_defaults() ->
     report["run"]["broker_config"]["defaults"] = True
     assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
     assert [s["file"] for s in verdict(report)["recover"]["steps"]] == ["checkpoint"]
+
+
+def test_a_restart_that_depends_on_an_unknown_release_is_said_so() -> None:
+    report = report_of()
+    report["run"]["restart"] = {"rules": "5.0", "start_offset": 0, "dispatch_from": 0, "truncate_at": 0}
+    report["run"]["restart_by_release"] = {"5.2.0": {"start_offset": 65_536}, "5.3.2": {"start_offset": 262_144}}
+    headline = verdict(report)["headline"]
+    assert "depends on the release (5.2.0: offset 65,536; 5.3.2: offset 262,144): give --broker-version" in headline

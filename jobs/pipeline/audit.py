@@ -30,13 +30,14 @@ from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
-from storelib.audit import Scope, SegmentFacts, audit_scope, check_commitlog, stale_finding
+from storelib.audit import Scope, audit_scope, check_commitlog, restart_of, stale_finding
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import Finding, is_divergence
 from storelib.plan import recover_plan
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
+from storelib.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
 from storelib.versions import BrokerRules
@@ -79,6 +80,9 @@ class Audit:
     summaries: dict[str, SegmentSummary] = dataclasses.field(default_factory=dict)
     checkpoint: Checkpoint | None = None  # the live one
     abort: bool = False
+    restart: Restart | None = None  # what the broker's next start does (storelib.restart)
+    #: detected releases that recover differently: release -> its next start (report.json run.restart_by_release)
+    restart_by_release: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def cfg(self) -> Any:
@@ -166,10 +170,10 @@ def _audit(
     if stale:
         a.findings.append(stale)
         return _finish(a, {}, [], [], EXIT_CANNOT)
-    _audit_commitlog(a, summaries)
-    audit_dledger(a)
     with Progress(a.run, len(a.rebuild_report["consume_queues"]), 0, "queues"):
         queue_rows = audit_queues(a)
+    _audit_commitlog(a, summaries, max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1))
+    audit_dledger(a)
     with Progress(a.run, len(a.rebuild_report["index_files"]), 0, "index files"):
         index_rows, keys = audit_index(a)
     in_use = in_use_finding(before, store_state(a.store))
@@ -190,8 +194,9 @@ def _audit(
     return _finish(a, counts, queue_rows, index_rows, exit_code)
 
 
-def _audit_commitlog(a: Audit, summaries: dict[str, Any]) -> None:
-    """What the broker's recovery would do with the log, from the checkpoint, abort and the damage found."""
+def _audit_commitlog(a: Audit, summaries: dict[str, Any], cq_max_physic_offset: int) -> None:
+    """What the broker's recovery would do with the log, from the checkpoint, abort, the damage found and where the
+    live ConsumeQueues end (``cq_max_physic_offset``)."""
     commitlog = a.rebuild_report["commitlog"]
     a.facts = [
         SegmentFacts(s["file"], s["start"], s["messages"], s["end_offset"], s.get("first_store_timestamp", 0))
@@ -200,16 +205,34 @@ def _audit_commitlog(a: Audit, summaries: dict[str, Any]) -> None:
     live = a.run.spark.sparkContext.parallelize([a.store], 1).map(read_checkpoint).collect()[0]
     a.checkpoint = Checkpoint(**live["checkpoint"]) if live["checkpoint"] else None
     a.abort = live["abort"]
+    cl_max = commitlog["max_offset"]
+    a.restart = restart_of(a.facts, a.findings, a.checkpoint, a.abort, a.cfg, cl_max, cq_max_physic_offset)
+    a.restart_by_release = _restarts_if_they_differ(a, cl_max, cq_max_physic_offset)
     a.findings += check_commitlog(
         a.facts,
         a.findings,
         a.checkpoint,
         a.abort,
         a.cfg,
-        commitlog["max_offset"],
+        cl_max,
         max((s.last_store_timestamp for s in summaries.values()), default=0),
         max((s.last_cq_store_timestamp for s in summaries.values()), default=0),
+        cq_max_physic_offset,
     )
+
+
+def _restarts_if_they_differ(a: Audit, cl_max: int, cq_max_physic_offset: int) -> dict[str, dict[str, Any]]:
+    """Where detected releases recover differently (storelib.restart's rows), the next start by each of them (its
+    lowest release the clues allow -> Restart); empty when the release is given or they all agree."""
+    rules = a.run.broker_rules.get(a.store)
+    if rules is None or rules.releases is None:
+        return {}
+    found = {}
+    for v in releases_by_rules(rules.releases.low, rules.releases.high):
+        cfg = dataclasses.replace(a.cfg, brokerVersion=v)
+        found[v] = restart_of(a.facts, a.findings, a.checkpoint, a.abort, cfg, cl_max, cq_max_physic_offset)
+    starts = {(r.start_offset, r.truncate_at, r.dispatch_from) for r in found.values() if r is not None}
+    return {v: r.to_dict() for v, r in found.items() if r is not None} if len(starts) > 1 else {}
 
 
 def _finish(
@@ -228,6 +251,8 @@ def _finish(
             "finished_at": dt.datetime.now(dt.UTC).isoformat(),
             "seconds": round(time.monotonic() - a.t0, 3),
             "segments": [dataclasses.asdict(s) for s in a.facts],
+            "restart": a.restart.to_dict() if a.restart else None,
+            "restart_by_release": a.restart_by_release,
             "scope": a.scope.to_dict(),
             "broker_rules": a.rebuild_report.get("broker_rules"),
             **_provenance(a),

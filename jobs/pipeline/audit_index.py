@@ -9,9 +9,11 @@ from pyspark.sql import functions as F
 from jobs.pipeline.context import spark_schema
 from jobs.pipeline.listing import list_index
 from storelib.audit import index_repairs
+from storelib.checkpoint import Checkpoint
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
+from storelib.restart import index_deleted
 from udfs.audit import FOUND_SCHEMA, INDEX_ENTRY_SCHEMA, audit_index_file, index_entry_rows, reachable_rows
 
 if TYPE_CHECKING:
@@ -68,15 +70,21 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
 
 def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
     """Crash recovery deletes IndexFiles whose endTimestamp is after the checkpoint's indexMsgTimestamp."""
-    header, cp = row["header"], a.checkpoint
-    if not (a.abort and cp and header and header["end_timestamp"] > cp.index_msg_timestamp):
+    header = row["header"]
+    if not (header and index_deleted(a.abort, header["end_timestamp"], a.checkpoint)):
         return []
+    cp = a.checkpoint or Checkpoint()  # the broker reads a missing checkpoint as zeros
+    fate = "never rebuilds its keys"
+    if a.restart and a.restart.dispatch_from <= header["begin_phy_offset"]:
+        fate = f"indexes its records again (it re-dispatches from commitlog offset {a.restart.dispatch_from:,})"
+    elif a.restart:
+        fate = f"never indexes again its records before commitlog offset {a.restart.dispatch_from:,}"
     return [
         finding(
             "index-deleted-on-recovery",
             index_file(row["live"]),
             f"endTimestamp {header['end_timestamp']} is after the checkpoint's indexMsgTimestamp "
-            f"{cp.index_msg_timestamp}: the broker's crash recovery deletes this file and never rebuilds its keys",
+            f"{cp.index_msg_timestamp}: the broker's crash recovery deletes this file and {fate}",
             expected=f"indexMsgTimestamp >= {header['end_timestamp']}",
             actual=str(cp.index_msg_timestamp),
         )

@@ -461,6 +461,23 @@ def served(version: str, store_dir: Path, settings: dict[str, str] | None = None
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def restarted(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[str]:
+    """The store log of a broker started on a COPY of `store_dir` and stopped once it listens (its load():
+    commitlog, ConsumeQueue and IndexFile recovery). 5.x logs the store to rocketmqlogs/store.log, 4.9.7 (the
+    harness's one-appender logback) to broker.log. `settings` defaults to the broker.conf beside the store."""
+    settings = settings or read_properties(store_dir.parent / "broker.conf")
+    run_dir = CACHE / "served-runs" / f"{version}-restart-{os.getpid()}-{time.time_ns()}"
+    try:
+        shutil.copytree(store_dir, run_dir / "store")
+        with running_broker(version, run_dir, settings):
+            pass
+        logs = run_dir / "logs"
+        log = logs / "rocketmqlogs" / "store.log" if version >= "5" else logs / "broker.log"
+        return log.read_text(encoding="utf-8", errors="replace").splitlines()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _store_queues(root: Path) -> list[str]:
     """topic/queueId of every ConsumeQueue and BatchConsumeQueue directory of a store."""
     queues = [*root.glob("consumequeue/*/*"), *root.glob("batchconsumequeue/*/*")]
