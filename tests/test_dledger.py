@@ -333,22 +333,24 @@ def served_messages(lines: list[dict]) -> dict[tuple[str, int], set[tuple[int, o
 
 
 @pytest.mark.broker
+@pytest.mark.parametrize("variant", ["dledger", "dledger-mixed"])
 def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger_broker_did(
-    spark, tmp_path: Path
+    spark, tmp_path: Path, variant: str
 ) -> None:
     """The DLedger store converted (the source untouched): plain segments whose records sit where their
     PHYSICALOFFSET says, and a broker started in file mode on the result serves every queue as a DLedger broker
     started on the source does."""
-    store = harness_store("5.5.0", "dledger")
+    store = harness_store("5.5.0", variant)
     settings = read_properties(store / "broker.conf")
-    source = tree(store / "store", "dledger-n0/data")
+    source = tree(store / "store", "dledger-n0/data", "commitlog")
     out = tmp_path / "plain"
     done = convert(Run(spark, load_broker_config(store / "broker.conf")), str(store / "store"), str(out))
-    assert tree(store / "store", "dledger-n0/data") == source
+    assert tree(store / "store", "dledger-n0/data", "commitlog") == source
     assert not list(out.glob("dledger-*")) and (out / "checkpoint").is_file()
     walked = list(reference.walk_commitlog(out / "commitlog"))
     assert [r.offset for r in walked] == [r.physical_offset for r in walked]
-    assert len(walked) == done.messages == committed_index(store / "store") + 1
+    old = list(reference.walk_commitlog(store / "store" / "commitlog")) if variant == "dledger-mixed" else []
+    assert len(walked) == done.messages == len(old) + committed_index(store / "store") + 1
     plain = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
     assert served_messages(served("5.5.0", out, plain)) == served_messages(served("5.5.0", store / "store", settings))
 
@@ -382,3 +384,23 @@ def test_entries_past_committed_index_after_kill9_are_named(spark) -> None:
     lag = last - committed_index(store / "store")
     assert named == ([("dledger-n0/checkpoint", lag)] if lag > 0 else [])
     assert not {"dledger-checkpoint-ahead", "dledger-index-wrong"} & {f.kind for f in result.findings}
+
+
+@pytest.mark.broker
+def test_a_mixed_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: Path) -> None:
+    """The broker first in file mode, then switched to DLedger: its old commitlog/ below dledger-n0/data/, both
+    read in offset order; the index equal to the broker's, the audit clean."""
+    store = harness_store("5.5.0", "dledger-mixed")
+    root, out = store / "store", tmp_path / "out"
+    old, data = sorted((root / "commitlog").iterdir()), sorted((root / "dledger-n0" / "data").iterdir())
+    assert old and data and int(old[-1].name) < int(data[0].name)
+    run = Run(spark, load_broker_config(store / "broker.conf"))
+    result = rebuild(run, str(root), str(out))
+    assert_same_index(root, out)
+    assert tree(out, "dledger-n0/index") == tree(root, "dledger-n0/index")
+    assert result.report["findings"] == []
+    assert result.report["commitlog"]["messages"] == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
+        len(walk_entries(f)) for f in data
+    )
+    checked = audit(run, str(root), str(out), None)
+    assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)

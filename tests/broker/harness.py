@@ -47,7 +47,12 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "kill9": ({}, tuple(VERSIONS)),
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
+    "dledger-mixed": (DLEDGER_SETTINGS, ("5.5.0",)),
 }
+# variants first written in file mode (the workload once, sent-filemode.jsonl), then by the same broker switched
+# to DLedger (the workload again): the old commitlog/ stays below dividedCommitlogOffset. TopicBatchCQ is a plain
+# topic there: the second run's createTopic may not set queue.type again ("unchangeable attribute")
+MIXED_VARIANTS = ("dledger-mixed",)
 # variants whose broker is killed with kill -9 in the middle of the send burst
 KILL9_VARIANTS = ("kill9", "dledger-kill9")
 # The store settings (those of /work/shared/fixtures/rocketmq-5.5.0-sample) written to the cached broker.conf.
@@ -396,8 +401,12 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
     work = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     began = time.monotonic()
+    if variant in MIXED_VARIANTS:
+        file_mode = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
+        with running_broker(version, work, file_mode) as broker:
+            _send_workload(broker, work, False, seed, work / "sent-filemode.jsonl", batchcq=False)
     with running_broker(version, work, settings) as broker:
-        _send_workload(broker, work, variant in KILL9_VARIANTS, seed)
+        _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=variant not in MIXED_VARIANTS)
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)
@@ -408,17 +417,20 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
     work.replace(final)
 
 
-def _send_workload(broker: Running, work: Path, kill9: bool, seed: int) -> None:
-    """The seeded workload; kill9: kill -9 the broker once KILL9_AFTER_SENDS sends are in sent.jsonl."""
-    args = [f"out={work / 'sent.jsonl'}", f"seed={seed}", f"sends={SENDS}"]
-    args += [f"batchcq={broker.version >= '5'}", f"timer={broker.version >= '5'}"]
+def _send_workload(
+    broker: Running, work: Path, kill9: bool, seed: int, out: Path | None = None, batchcq: bool = True
+) -> None:
+    """The seeded workload, acknowledged sends into ``out`` (sent.jsonl); kill9: kill -9 the broker once
+    KILL9_AFTER_SENDS sends are in it; TopicBatchCQ a BatchCQ topic on 5.x unless ``batchcq`` is False."""
+    out = out or work / "sent.jsonl"
+    args = [f"out={out}", f"seed={seed}", f"sends={SENDS}"]
+    args += [f"batchcq={batchcq and broker.version >= '5'}", f"timer={broker.version >= '5'}"]
     if not kill9:
         broker.run_workload("send", *args, timeout=180)
         return
     sender = start(broker.workload("send", *args), work / "logs" / "send.out", work)
-    sent = work / "sent.jsonl"
     try:
-        wait_for("kill9 burst", lambda: sent.is_file() and _lines(sent) >= KILL9_AFTER_SENDS, 120, sender)
+        wait_for("kill9 burst", lambda: out.is_file() and _lines(out) >= KILL9_AFTER_SENDS, 120, sender)
         stop(broker.broker, signal.SIGKILL, timeout=10)
         sender.wait(timeout=60)
     finally:
