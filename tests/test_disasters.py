@@ -82,12 +82,12 @@ CRASHED = ("d-kill9", "e-torn-tail")  # the oracle is the broker's own crash rec
 
 
 # A known defect: with --broker-config saying storeType=default, recover now writes the file ConsumeQueues of a
-# RocksDB store (it answered "nothing to change" before), but its %LMQ% queues, built from the records'
-# INNER_MULTI_QUEUE_OFFSET, hold more units (room-0: 40) than the RocksDB broker served (37): not understood yet.
+# RocksDB store (it answered "nothing to change" before), but the broker restarted on it serves %LMQ%room-0 up to
+# queue offset 40 where 37 records hold room-0 offsets and the RocksDB broker served 37: not understood yet.
 ROLLED_BACK = pytest.param(
     "5.5.0",
     "g-rocksdb-rolled-back",
-    marks=pytest.mark.xfail(strict=True, reason="%LMQ% queues rebuilt from a RocksDB store's records hold more units"),
+    marks=pytest.mark.xfail(strict=True, reason="%LMQ% queues served past the records' offsets after a rollback"),
 )
 
 
