@@ -459,6 +459,12 @@ class BrokerRules:
         return dataclasses.replace(self, settled=True, why=why)
 
     @property
+    def lowest_release(self) -> str:
+        """The oldest release these rules stand for: of the rule set, within the range the clues allow."""
+        low = max(self.rules.first, self.releases.low) if self.releases else self.rules.first
+        return version_text(low) or ""
+
+    @property
     def line(self) -> str:
         """The one console line: which rules, and why."""
         source = f"detected, releases {self.releases.text}" if self.releases else self.source

@@ -281,7 +281,9 @@ def test_console_is_quiet_and_verbose_brings_spark_back(tmp_path):
     quiet = rmqstore_rebuild(tmp_path / "quiet")
     assert quiet.returncode == 0, failed(quiet)
     assert EXPIRED_SUMMARY in quiet.stdout
-    noise = [line for line in quiet.stderr.splitlines() if not line.startswith("  parse: ")]
+    lines = quiet.stderr.splitlines()
+    assert [line for line in lines if line.startswith("broker rules ")] != []  # the rules used, said once
+    noise = [line for line in lines if not line.startswith(("  parse: ", "broker rules "))]
     assert noise == []
     verbose = rmqstore_rebuild(tmp_path / "verbose", "--verbose")
     assert verbose.returncode == 0, failed(verbose)

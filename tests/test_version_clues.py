@@ -15,11 +15,10 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from jobs.pipeline.rebuild import store_facts
+from jobs.pipeline.rebuild import list_segments, store_facts
 from storelib.commitlog import format_properties
 from storelib.config import load_broker_config
 from storelib.errors import ConfigError
-from storelib.segments import ListedFile, plan_segments
 from storelib.versions import StoreFacts, config_keys, parse_version, record_clues, releases
 from tests.broker.harness import SEEDS, VARIANTS, VERSIONS, build_store, java_available
 from tests.builders import batch_of, msg
@@ -149,8 +148,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def _facts(root: Path, conf: Path) -> StoreFacts:
     cfg = load_broker_config(conf)
-    listed = [ListedFile(p.name, p.stat().st_size, str(p)) for p in sorted((root / "commitlog").iterdir())]
-    segments, _ = plan_segments(listed, cfg)
+    segments, _ = list_segments(str(root), cfg)  # commitlog/ or DLedger data files
     return store_facts(pafs.LocalFileSystem(), str(root), segments, cfg)
 
 

@@ -72,7 +72,6 @@ from storelib.versions import (
     config_keys,
     record_clues,
     select,
-    version_text,
 )
 from udfs.fs import delete_tree, is_object_store, join, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
@@ -165,7 +164,7 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
         cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type, enableDLegerCommitLog=dledger
     )
     rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
-    return dataclasses.replace(cfg, brokerVersion=version_text(rules.rules.first)), rules
+    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
