@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
-from storelib.versions import parse_version
+from storelib.versions import Releases, parse_version
 
 #: start segment rules (``CommitLog.recoverNormally`` / ``recoverAbnormally``)
 THIRD_LAST = "third-last"  # mappedFiles.size() - 3, at least 0
@@ -55,11 +55,8 @@ RECOVERY_RULES = (
 
 def releases_by_rules(low: tuple[int, int, int], high: tuple[int, int, int] | None) -> list[str]:
     """The lowest release of each RECOVERY_RULES row that meets the releases ``low`` up to ``high`` (None: 6.0)."""
-    ends = [r.first for r in RECOVERY_RULES[1:]] + [(6, 0, 0)]
-    top = high or (6, 0, 0)
-    return [
-        ".".join(map(str, max(r.first, low))) for r, end in zip(RECOVERY_RULES, ends) if r.first < top and end > low
-    ]
+    firsts = [r.first for r in RECOVERY_RULES]
+    return [".".join(map(str, max(firsts[k], low))) for k in Releases(low, high).rows_meeting(firsts)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -294,9 +294,13 @@ class Releases:
     @property
     def candidates(self) -> tuple[RuleSet, ...]:
         """The rule sets of the releases in the range, oldest first."""
-        high = self.high or _END
-        ends = [r.first for r in RULE_SETS[1:]] + [_END]
-        return tuple(r for r, end in zip(RULE_SETS, ends) if r.first < high and end > self.low)
+        return tuple(RULE_SETS[k] for k in self.rows_meeting([r.first for r in RULE_SETS]))
+
+    def rows_meeting(self, firsts: list[tuple[int, int, int]]) -> list[int]:
+        """Of a table of rows by first release (each row holds until the next one's), those that hold for some
+        release in the range."""
+        ends = [*firsts[1:], _END]
+        return [k for k, (first, end) in enumerate(zip(firsts, ends)) if first < (self.high or _END) and end > self.low]
 
     @property
     def text(self) -> str:
