@@ -130,7 +130,7 @@ def audit(
         else:
             summaries = scan_segments(run, audited, f"{work}/scratch")
             _check_same_rules(settle_rules(run, store, summaries.values()), given)
-        rebuild_report = _rebuild_report(rebuilt)
+        rebuild_report = given if given is not None else _rebuild_report(rebuilt)
         a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
         a.broker_config, a.rebuilt_temporary = broker_config, temporary
         return _audit(a, audited, listing, summaries, before)
