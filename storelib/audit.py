@@ -40,7 +40,7 @@ from storelib.constants import (
 )
 from storelib.consumequeue import UNIT_DTYPE, decode_units
 from storelib.findings import KINDS, Finding, finding, is_divergence, worst
-from storelib.indexfile import IndexFileReader, IndexHeader
+from storelib.indexfile import IndexFileReader, IndexHeader, lookup_reachable
 from storelib.layout import (
     commitlog_file,
     index_file,
@@ -876,6 +876,146 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
 
 def _header(data: bytes) -> tuple[int, ...]:
     return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= INDEX_HEADER_SIZE else ()
+
+
+# --- IndexFile entries against the rebuilt ones, by commitlog range ---------------------------
+#
+# An entry is the pair (keyHash, commitlog offset): a live entry matches a rebuilt one only at the same
+# commitlog offset, so the comparison splits by commitlog range and each range is compared alone, whatever
+# file holds its entries. Within a range the pairs are coded as int64 (the offset's rank among the rebuilt
+# offsets, then the keyHash's 32 bits) and compared as sorted arrays.
+
+#: splitmix64's constants: a pair's sampling hash, the same in every task whatever the partitioning
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_LOW32 = 0xFFFFFFFF
+
+
+def index_range_bounds(starts: Iterable[int]) -> np.ndarray:
+    """Where the commitlog ranges of the entry comparison begin (range 0 has no start, the last no end): the
+    rebuilt files' beginPhyOffsets and the segments' starts, the lowest left out."""
+    return np.unique(np.asarray(list(starts), dtype=np.int64))[1:]
+
+
+def range_of(phy_offset: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The range (``index_range_bounds``) each commitlog offset falls in."""
+    return np.searchsorted(bounds, phy_offset, side="right")
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryScope:
+    """The entries the IndexFile comparison checks: commitlog offsets from ``from_offset``, split into the
+    ranges ``bounds`` starts (storelib.audit.index_range_bounds)."""
+
+    from_offset: int
+    bounds: np.ndarray
+
+    def keep(self, phy: np.ndarray) -> np.ndarray:
+        return phy >= self.from_offset
+
+    def ranges(self, phy: np.ndarray) -> list[int]:
+        """The ranges the offsets in scope fall in."""
+        return np.flatnonzero(np.bincount(range_of(phy[self.keep(phy)], self.bounds))).tolist()
+
+
+def sample_threshold(index_sample: int, entries: int) -> int:
+    """Pairs whose sampling hash is below this are sampled: at most ``index_sample`` of ``entries`` expected."""
+    return 1 << 64 if entries <= index_sample else (index_sample << 64) // entries
+
+
+@dataclasses.dataclass
+class IndexPart:
+    """One file's entries within a commitlog range: entry numbers, keyHash, commitlog offset, and for a live
+    file whether the broker's lookup reaches each (storelib.indexfile.lookup_reachable)."""
+
+    name: str
+    entry: np.ndarray
+    key_hash: np.ndarray
+    phy_offset: np.ndarray
+    reachable: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, reader: IndexFileReader, keep: Callable[[np.ndarray], np.ndarray], reach: bool) -> IndexPart:
+        """The entries within indexCount whose commitlog offsets ``keep`` selects."""
+        _, key_hash, phy = index_entries(reader)
+        mask = keep(phy)
+        reachable = lookup_reachable(reader)[mask] if reach else None
+        return cls(reader.file, np.flatnonzero(mask) + 1, key_hash[mask], phy[mask], reachable)
+
+
+def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], threshold: int) -> dict[str, object]:
+    """One commitlog range: every live entry must be a rebuilt entry (``bad``: per live file the count and the
+    first, entry, keyHash, offset); every distinct rebuilt pair must be reachable in a live file (``missing``
+    and, among the pairs ``threshold`` samples, ``missing_sampled``: count, then the lowest offset, keyHash)."""
+    phys = _distinct(np.concatenate([p.phy_offset for p in rebuilt] or [np.zeros(0, np.int64)]))
+    wanted = _distinct(np.concatenate([_pair_codes(phys, p) for p in rebuilt] or [np.zeros(0, np.int64)]))
+    bad, found = {}, [np.zeros(0, np.int64)]
+    for part in live:
+        codes = _pair_codes(phys, part)
+        unknown = np.flatnonzero(~_members(codes, wanted))
+        if len(unknown):
+            i = int(unknown[0])
+            bad[part.name] = [len(unknown), int(part.entry[i]), int(part.key_hash[i]), int(part.phy_offset[i])]
+        found.append(codes[part.reachable] if part.reachable is not None else codes[:0])
+    missing = ~_members(wanted, _distinct(np.concatenate(found)))
+    sampled = _sampled(phys, wanted, threshold)
+    return {
+        "entries_checked": sum(len(p.entry) for p in live),
+        "bad": bad,
+        "keys_total": len(wanted),
+        "keys_sampled": int(sampled.sum()),
+        "missing": _first_pair(phys, wanted[missing]),
+        "missing_sampled": _first_pair(phys, wanted[missing & sampled]),
+    }
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort: numpy's hashing ``unique`` is slower on millions of int64)."""
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+def _pair_codes(phys: np.ndarray, part: IndexPart) -> np.ndarray:
+    """(keyHash, commitlog offset) as int64: the offset's rank in ``phys``, then keyHash; -1 for an offset not
+    in ``phys`` (no rebuilt entry there)."""
+    rank = np.searchsorted(phys, part.phy_offset)
+    known = rank < len(phys)
+    known[known] = phys[rank[known]] == part.phy_offset[known]
+    codes = (rank.astype(np.int64) << 32) | (part.key_hash.astype(np.int64) & _LOW32)
+    codes[~known] = -1
+    return codes
+
+
+def _members(codes: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which ``codes`` are in ``sorted_set`` (sorted, distinct)."""
+    if not len(sorted_set):
+        return np.zeros(len(codes), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, codes), len(sorted_set) - 1)
+    return sorted_set[at] == codes
+
+
+def _unpack(phys: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(commitlog offset, keyHash) of pair codes."""
+    return phys[codes >> 32], (codes & _LOW32).astype(np.uint32).view(np.int32)
+
+
+def _sampled(phys: np.ndarray, codes: np.ndarray, threshold: int) -> np.ndarray:
+    """The pairs sampled: splitmix64 of (offset, keyHash) below ``threshold``."""
+    if threshold >= 1 << 64:
+        return np.ones(len(codes), dtype=bool)
+    phy, key_hash = _unpack(phys, codes)
+    z = phy.astype(np.uint64) * np.uint64(_GOLDEN) + key_hash.astype(np.int64).astype(np.uint64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    return (z ^ (z >> np.uint64(31))) < np.uint64(threshold)
+
+
+def _first_pair(phys: np.ndarray, codes: np.ndarray) -> list[int] | None:
+    """[count, commitlog offset, keyHash] of the lowest (offset, keyHash) among ``codes``; None when empty."""
+    if not len(codes):
+        return None
+    phy, key_hash = _unpack(phys, codes)
+    lowest = phy == phy.min()
+    return [len(codes), int(phy.min()), int(key_hash[lowest].min())]
 
 
 # --- scope and repairs ----------------------------------------------------------------------

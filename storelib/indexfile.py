@@ -325,14 +325,3 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
     seen = kernel.chain_reachable(slots, prev, bad_time, n)
     return seen[1:]
-    prev = reader.entries["prev_index"][:n].astype(np.int64)
-    bad_time = reader.entries["time_diff"][:n] < 0
-    for head in np.flatnonzero((reader.slots > 0) & (reader.slots < n)).tolist():
-        at = int(reader.slots[head])
-        while not seen[at] and not bad_time[at]:
-            seen[at] = True
-            nxt = int(prev[at])
-            if nxt <= 0 or nxt >= n or nxt == at:
-                break
-            at = nxt
-    return seen[1:]

@@ -9,31 +9,32 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storelib.audit import check_index_header, classify_queue, compare_index_files, index_entries
+from storelib.audit import (
+    EntryScope,
+    IndexPart,
+    check_index_header,
+    classify_queue,
+    compare_index_files,
+    compare_index_range,
+    index_entries,
+    range_of,
+)
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import decode_message
 from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE, PROPERTY_TAGS
 from storelib.errors import StoreFormatError
 from storelib.findings import finding
-from storelib.indexfile import IndexFileReader, lookup_reachable
+from storelib.indexfile import IndexFileReader
 from storelib.javahash import java_hash
 from storelib.layout import commitlog_file, index_file, offset_file_name, queue_dir
-from udfs.fs import join, read_file, resolve
-
-#: live index entries handed to the join with the records
-INDEX_ENTRY_SCHEMA = pa.schema(
-    [("file", pa.string()), ("entry", pa.int64()), ("key_hash", pa.int32()), ("phy_offset", pa.int64())]
-)
-#: what the broker's key lookup over the live IndexFiles can find: (keyHash, commitlog offset)
-FOUND_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy_offset", pa.int64())])
+from udfs.fs import join, map_file, read_file, resolve
 
 
 def unreadable(rel: str, exc: BaseException) -> dict[str, Any]:
@@ -44,6 +45,11 @@ def unreadable(rel: str, exc: BaseException) -> dict[str, Any]:
 def _read(store: str, rel: str) -> bytes:
     fs, root = resolve(store)
     return read_file(fs, join(root, rel))
+
+
+def _map(store: str, rel: str) -> bytes | memoryview:
+    fs, root = resolve(store)
+    return map_file(fs, join(root, rel))
 
 
 def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> str:
@@ -89,12 +95,17 @@ def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int 
 
 
 def audit_index_file(
-    pair: tuple[int, str | None, str | None], store: str, rebuilt: str, cfg: BrokerConfig
+    pair: tuple[int, str | None, str | None], store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope
 ) -> dict[str, Any]:
-    """The live IndexFile at one position against the rebuilt one: header checks and the first difference."""
+    """The live IndexFile at one position against the rebuilt one: header checks and the first difference;
+    ``ranges``: the commitlog ranges its entries fall in, ``rebuilt_entries``: the rebuilt file's entries, both
+    within ``entries`` (the entry comparison's scope)."""
     position, live_name, rebuilt_name = pair
     out: dict[str, Any] = {"position": position, "live": live_name, "rebuilt": rebuilt_name, "header": None}
-    findings = []
+    out["ranges"], out["rebuilt_entries"], findings = [], 0, []
+    built = None if rebuilt_name is None else _map(rebuilt, index_file(rebuilt_name))
+    if built is not None:
+        out["rebuilt_entries"] = int(entries.keep(index_entries(IndexFileReader(built, cfg))[2]).sum())
     if live_name is None:
         findings.append(
             finding(
@@ -107,7 +118,7 @@ def audit_index_file(
         return out
     rel = index_file(live_name)
     try:
-        live = _read(store, rel)
+        live = _map(store, rel)
     except OSError as exc:
         out["findings"] = [unreadable(rel, exc)]
         out["unreadable"] = True
@@ -118,57 +129,38 @@ def audit_index_file(
         findings.append(finding("index-header-inconsistent", rel, exc.reason).to_dict())
     else:
         out["header"] = reader.header.__dict__
+        out["ranges"] = entries.ranges(index_entries(reader)[2])
         findings += [f.to_dict() for f in check_index_header(rel, reader, cfg)]
-    if rebuilt_name is None:
+    if built is None:
         findings.append(
             finding("index-extra-file", rel, f"live file at position {position} has no rebuilt counterpart").to_dict()
         )
     else:
-        findings += [
-            f.to_dict()
-            for f in compare_index_files(rel, live, rebuilt_name, _read(rebuilt, index_file(rebuilt_name)), cfg)
-        ]
+        findings += [f.to_dict() for f in compare_index_files(rel, live, rebuilt_name, built, cfg)]
     out["findings"] = findings
     return out
 
 
-def index_entry_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow``: live IndexFile names in, their entries within indexCount out (INDEX_ENTRY_SCHEMA)."""
+def audit_index_range(
+    task: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
+) -> dict[str, Any]:
+    """One commitlog range (``task``: its number, the live and rebuilt files with entries there): the live
+    entries against the rebuilt ones and the broker's lookup (storelib.audit.compare_index_range)."""
 
-    def entries(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for name in batch.column("name").to_pylist():
-                rel = index_file(name)
-                try:
-                    reader = IndexFileReader(_read(store, rel), cfg, rel)
-                except (OSError, StoreFormatError):
-                    continue  # reported by audit_index_file
-                number, key_hash, phy = index_entries(reader)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.full(len(number), name, dtype=object), pa.string()), number, key_hash, phy],
-                    schema=INDEX_ENTRY_SCHEMA,
-                )
+    def keep(phy: np.ndarray) -> np.ndarray:
+        return entries.keep(phy) & (range_of(phy, entries.bounds) == task["range"])
 
-    return entries
+    def parts(root: str, names: list[str], reach: bool) -> list[IndexPart]:
+        out = []
+        for name in names:
+            try:
+                reader = IndexFileReader(_map(root, index_file(name)), cfg, name)
+            except (OSError, StoreFormatError):
+                continue  # reported by audit_index_file
+            out.append(IndexPart.of(reader, keep, reach))
+        return out
 
-
-def reachable_rows(store: str, cfg: BrokerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow``: live IndexFile names in, the (keyHash, commitlog offset) of every entry the broker's key
-    lookup reaches out (FOUND_SCHEMA; storelib.indexfile.lookup_reachable)."""
-
-    def found(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for name in batch.column("name").to_pylist():
-                rel = index_file(name)
-                try:
-                    reader = IndexFileReader(_read(store, rel), cfg, rel)
-                except (OSError, StoreFormatError):
-                    continue  # reported by audit_index_file
-                _, key_hash, phy = index_entries(reader)
-                reach = lookup_reachable(reader)
-                yield pa.RecordBatch.from_arrays([key_hash[reach], phy[reach]], schema=FOUND_SCHEMA)
-
-    return found
+    return compare_index_range(parts(store, task["live"], True), parts(rebuilt, task["rebuilt"], False), threshold)
 
 
 def read_checkpoint(store: str) -> dict[str, Any]:

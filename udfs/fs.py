@@ -18,6 +18,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs")
@@ -186,6 +187,13 @@ def used_length(data: bytes | bytearray) -> int:
 def read_file(fs: pafs.FileSystem, path: str) -> bytes:
     with fs.open_input_stream(path) as f:
         return f.read()
+
+
+def map_file(fs: pafs.FileSystem, path: str) -> bytes | memoryview:
+    """A whole file: memory-mapped when local (the page cache holds it, not the task), else read."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        return memoryview(pa.memory_map(path).read_buffer())
+    return read_file(fs, path)
 
 
 def list_files(fs: pafs.FileSystem, path: str, recursive: bool = False) -> list[pafs.FileInfo]:

@@ -5,9 +5,9 @@
    given): the rebuild's scan rules, whether the rebuilt index still describes these records (rebuilt-stale,
    by fingerprint), and what the broker's recovery would do with the log (storelib.audit.check_commitlog);
 3. ConsumeQueue: one task per queue reads the live and rebuilt files and classifies the queue;
-4. IndexFile: one task per file position; every live entry must be a rebuilt entry (keyHash, commitlog
-   offset); every rebuilt entry must be found by the broker's lookup over the live files (sampled above
-   ``index_sample``);
+4. IndexFile: one task per file position (headers, bytes); then one task per commitlog range: every live
+   entry must be a rebuilt entry (keyHash, commitlog offset); every rebuilt entry must be found by the broker's
+   lookup over the live files (sampled above ``index_sample``);
 5. report.json and report.html (jobs.audit_report).
 
 ``--since-last`` audits only the tail: the segments from the one holding the commitlog max offset of the
@@ -45,6 +45,8 @@ from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
 
 DEFAULT_INDEX_SAMPLE = 200_000
+#: what an IndexFile position's task hands the later stages, not the report
+INDEX_TASK_KEYS = ("findings", "ranges", "rebuilt_entries")
 #: findings of rebuild.json that come from building the index, not from scanning the commitlog
 REBUILD_KINDS = ("duplicate-queue-offset", "queue-offset-gap", "segments-skipped", "hostile-topic-name")
 
@@ -174,8 +176,7 @@ def _audit(
         queue_rows = audit_queues(a)
     _audit_commitlog(a, summaries, max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1))
     audit_dledger(a)
-    with Progress(a.run, len(a.rebuild_report["index_files"]), 0, "index files"):
-        index_rows, keys = audit_index(a)
+    index_rows, keys = audit_index(a)
     in_use = in_use_finding(before, store_state(a.store))
     if in_use:
         a.findings.append(in_use)
@@ -260,7 +261,7 @@ def _finish(
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
         "queues": queue_rows,
-        "index_files": [{k: v for k, v in r.items() if k != "findings"} for r in index_rows],
+        "index_files": [{k: v for k, v in r.items() if k not in INDEX_TASK_KEYS} for r in index_rows],
         "repairs": a.repairs,
     }
     # the plan of the command the verdict advises: a torn tail is zeroed (--truncate-torn-tail), its bytes backed up

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
+import numpy as np
 
-from jobs.pipeline.context import spark_schema
 from jobs.pipeline.listing import list_index
-from storelib.audit import index_repairs
+from jobs.pipeline.progress import Progress
+from storelib.audit import EntryScope, index_range_bounds, index_repairs, range_of, sample_threshold
 from storelib.checkpoint import Checkpoint
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
 from storelib.restart import index_deleted
-from udfs.audit import FOUND_SCHEMA, INDEX_ENTRY_SCHEMA, audit_index_file, index_entry_rows, reachable_rows
+from udfs.audit import audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
@@ -45,27 +45,63 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
         pairs = covering
     if not a.cfg.messageIndexEnable or not pairs:
         return [], keys_info
+    entries = _entry_scope(a, [p[2] for p in pairs if p[2]])
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
-    rows = a.run.spark.sparkContext.parallelize(pairs, len(pairs)).map(
-        lambda p: audit_index_file(p, store, rebuilt, cfg)
-    )
-    rows = rows.collect()
+    with Progress(a.run, len(pairs), 0, "index files (headers, bytes)"):
+        rows = (
+            a.run.spark.sparkContext.parallelize(pairs, len(pairs))
+            .map(lambda p: audit_index_file(p, store, rebuilt, cfg, entries))
+            .collect()
+        )
     for r in rows:
         a.findings += [Finding.from_dict(f) for f in r["findings"]]
         a.findings += _deleted_on_recovery(a, r)
-    readable = [r["live"] for r in rows if r["live"] and r["header"]]
-    from_offset = max(a.rebuild_report["commitlog"]["min_offset"], a.scope.start)
-    rebuilt_entries = _entries(a, a.rebuilt, [r["rebuilt"] for r in rows if r["rebuilt"]], from_offset).persist()
-    live_entries = _entries(a, a.store, readable, from_offset).persist()
-    try:
-        keys_info["entries_checked"] = _check_entries(a, live_entries, rebuilt_entries)
-        keys_info.update(_check_keys(a, readable, rebuilt_entries))
-    finally:
-        live_entries.unpersist()
-        rebuilt_entries.unpersist()
+    keys_info.update(_compare_entries(a, rows, entries))
     first = min(pairs[0][0], len(names))
     a.repairs += index_repairs(rows, a.findings, names[first - 1] if first else None)
     return rows, keys_info
+
+
+def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
+    """Entries from the rebuilt commitlog's start (or the scope's), compared per range: one per rebuilt file and
+    audited segment, so no range spans more than one rebuilt file and one segment."""
+    files = {f["name"]: f for f in a.rebuild_report["index_files"]}
+    starts = [files[n]["begin_phy_offset"] for n in rebuilt_names if files[n]["index_count"] > 1]
+    starts += [s.start for s in a.segments]
+    from_offset = max(a.rebuild_report["commitlog"]["min_offset"], a.scope.start)
+    return EntryScope(from_offset, index_range_bounds(starts))
+
+
+def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) -> dict[str, int]:
+    """Every live entry in scope is a rebuilt entry (its keyHash is a key of the record it points at), and every
+    rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
+    ``index_sample``: one task per commitlog range reading only the files with entries there."""
+    live = [r for r in rows if r["live"] and r["header"]]
+    tasks = []
+    for k in range(len(entries.bounds) + 1):
+        names = [r["live"] for r in live if k in r["ranges"]]
+        built = [r["rebuilt"] for r in rows if r["rebuilt"] and k in _rebuilt_ranges(a, r["rebuilt"], entries)]
+        if names or built:
+            tasks.append({"range": k, "live": names, "rebuilt": built})
+    threshold = sample_threshold(a.index_sample, sum(r["rebuilt_entries"] for r in rows))
+    store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
+    with Progress(a.run, len(tasks), 0, "index entries (live against rebuilt, key lookups)"):
+        results = (
+            a.run.spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+            .map(lambda t: audit_index_range(t, store, rebuilt, cfg, entries, threshold))
+            .collect()
+        )
+    _bad_entries(a, results)
+    return _keys_not_found(a, results)
+
+
+def _rebuilt_ranges(a: Audit, name: str, entries: EntryScope) -> range:
+    """The ranges a rebuilt file's entries fall in: its entries are in commitlog order."""
+    f = next(f for f in a.rebuild_report["index_files"] if f["name"] == name)
+    if f["index_count"] <= 1:
+        return range(0)
+    first, last = range_of(np.array([f["begin_phy_offset"], f["end_phy_offset"]]), entries.bounds).tolist()
+    return range(first, last + 1)
 
 
 def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
@@ -91,65 +127,52 @@ def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
     ]
 
 
-def _entries(a: Audit, store: str, names: list[str], from_offset: int) -> Any:
-    """(file, entry, key_hash, phy_offset) of the IndexFiles ``names`` of ``store``, at or after ``from_offset``
-    (each used twice: the caller persists them, so each file is read once)."""
-    spark = a.run.spark
-    names_df = spark.createDataFrame([(n,) for n in names], "name string").repartition(max(1, len(names)))
-    rows = names_df.mapInArrow(index_entry_rows(store, a.cfg), spark_schema(INDEX_ENTRY_SCHEMA))
-    return rows.where(F.col("phy_offset") >= from_offset)
-
-
-def _check_entries(a: Audit, live: Any, rebuilt: Any) -> int:
-    """Every live entry within indexCount is a rebuilt entry: its keyHash is a key of the record it points at."""
-    cfg = a.cfg
-    bad = live.join(rebuilt.select("key_hash", "phy_offset"), ["key_hash", "phy_offset"], "left_anti")
-    first = F.min_by(F.struct("entry", "key_hash", "phy_offset"), "entry").alias("first")
-    for r in bad.groupBy("file").agg(F.count("*").alias("n"), first).collect():
-        e = r["first"]
+def _bad_entries(a: Audit, results: list[dict[str, Any]]) -> None:
+    """index-bad-entries per live file: the ranges' counts added, the lowest entry first."""
+    bad: dict[str, list[int]] = {}
+    for r in results:
+        for name, (n, *first) in r["bad"].items():
+            was = bad.get(name, [0, *first])
+            bad[name] = [was[0] + n, *min(was[1:], first)]
+    for name, (n, entry, key_hash, phy) in sorted(bad.items()):
         a.findings.append(
             finding(
                 "index-bad-entries",
-                index_file(r["file"]),
-                f"{r['n']} entries point at no record with a key of their keyHash, the first is entry {e['entry']}",
-                commitlog_offset=e["phy_offset"],
-                file_offset=INDEX_HEADER_SIZE
-                + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
-                + e["entry"] * INDEX_ENTRY_SIZE,
-                count=r["n"],
-                expected=f"a record at commitlog offset {e['phy_offset']} with a key of keyHash {e['key_hash']}",
-                actual=f"keyHash {e['key_hash']} -> no such record",
+                index_file(name),
+                f"{n} entries point at no record with a key of their keyHash, the first is entry {entry}",
+                commitlog_offset=phy,
+                file_offset=INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + entry * INDEX_ENTRY_SIZE,
+                count=n,
+                expected=f"a record at commitlog offset {phy} with a key of keyHash {key_hash}",
+                actual=f"keyHash {key_hash} -> no such record",
             )
         )
-    return live.count()
 
 
-def _check_keys(a: Audit, readable: list[str], rebuilt: Any) -> dict[str, int]:
-    """Every key of every indexed message (a rebuilt entry: keyHash, commitlog offset) is found by the broker's
-    lookup over the live files; at most ``index_sample`` of them are checked."""
-    spark = a.run.spark
-    names_df = spark.createDataFrame([(n,) for n in readable], "name string").repartition(max(1, len(readable)))
-    found = names_df.mapInArrow(reachable_rows(a.store, a.cfg), spark_schema(FOUND_SCHEMA))
-    wanted = rebuilt.select("key_hash", "phy_offset").distinct().persist()
-    total = wanted.count()
-    sample = wanted if total <= a.index_sample else wanted.sample(False, a.index_sample / total, seed=4)
-    missing = sample.join(found, ["key_hash", "phy_offset"], "left_anti").persist()
-    missing_count = missing.count()
-    info = {"keys_total": total, "keys_checked": sample.count() if total > a.index_sample else total}
-    if missing_count:
-        first = missing.orderBy("phy_offset", "key_hash").first()
+def _keys_not_found(a: Audit, results: list[dict[str, Any]]) -> dict[str, int]:
+    """index-keys-not-found: the distinct rebuilt pairs the broker's lookup over the live files misses, all of
+    them up to ``index_sample`` pairs, else the sampled ones; the entries, pairs and checked pairs counted."""
+    total = sum(r["keys_total"] for r in results)
+    sampled = total > a.index_sample
+    info = {
+        "keys_total": total,
+        "keys_checked": sum(r["keys_sampled"] for r in results) if sampled else total,
+        "entries_checked": sum(r["entries_checked"] for r in results),
+    }
+    missing = [m for r in results if (m := r["missing_sampled" if sampled else "missing"])]
+    if missing:
+        count = sum(m[0] for m in missing)
+        _, phy, key_hash = min(missing, key=lambda m: (m[1], m[2]))
         a.findings.append(
             finding(
                 "index-keys-not-found",
                 "index",
-                f"{missing_count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
+                f"{count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
                 f"({info['keys_checked']} of {total} checked)",
-                commitlog_offset=first["phy_offset"],
-                count=missing_count,
-                expected=f"keyHash {first['key_hash']} finds commitlog offset {first['phy_offset']}",
+                commitlog_offset=phy,
+                count=count,
+                expected=f"keyHash {key_hash} finds commitlog offset {phy}",
                 actual="not found",
             )
         )
-    missing.unpersist()
-    wanted.unpersist()
     return info

@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
@@ -73,7 +72,7 @@ from storelib.versions import (
     record_clues,
     select,
 )
-from udfs.fs import delete_tree, is_object_store, join, read_file, resolve, write_file
+from udfs.fs import delete_tree, is_object_store, join, map_file, read_file, resolve, write_file
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import (
     CQ_RUN_SCHEMA,
@@ -248,11 +247,8 @@ def _segment_path(seg: Segment) -> str:
 
 def _index_reader(fs: pafs.FileSystem, path: str, cfg: BrokerConfig) -> IndexFileReader | None:
     """A live IndexFile to look keys up in (memory-mapped when local); None when it does not fit the settings."""
-    data = (
-        memoryview(pa.memory_map(path).read_buffer()) if isinstance(fs, pafs.LocalFileSystem) else read_file(fs, path)
-    )
     try:
-        return IndexFileReader(data, cfg, path)
+        return IndexFileReader(map_file(fs, path), cfg, path)
     except StoreFormatError:
         return None
 
