@@ -1,0 +1,232 @@
+"""The audit's IndexFile entry comparison (storelib.audit.compare_index_range, jobs.pipeline.audit_index) against
+plain sets of (keyHash, commitlog offset): every live entry a rebuilt one, every rebuilt pair reachable."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storelib.audit import EntryScope, IndexPart, compare_index_range, index_range_bounds, range_of, sample_threshold
+from storelib.config import BrokerConfig
+from storelib.indexfile import IndexFileReader, lookup_reachable
+from tests.reference import ReferenceIndexService
+
+CFG = BrokerConfig(maxHashSlotNum=7, maxIndexNum=12)
+SLOTS_AT = 40
+ENTRIES_AT = SLOTS_AT + CFG.maxHashSlotNum * 4
+
+
+def entries_of(data: bytes, cfg: BrokerConfig = CFG) -> list[tuple[int, int, int]]:
+    """(entry number, keyHash, commitlog offset) within indexCount, read with struct (not storelib)."""
+    count = min(struct.unpack_from(">i", data, 36)[0], cfg.maxIndexNum)
+    at = SLOTS_AT + cfg.maxHashSlotNum * 4
+    return [(i, *struct.unpack_from(">iq", data, at + i * 20)) for i in range(1, max(count, 1))]
+
+
+def expected(live: list[bytes], rebuilt: list[bytes], from_offset: int = 0, cfg: BrokerConfig = CFG) -> dict:
+    """The comparison as sets: live entries that are no rebuilt pair (per file: count, first), distinct rebuilt
+    pairs the lookup over the live files misses (count, lowest (offset, keyHash))."""
+    pairs = {(h, p) for data in rebuilt for _, h, p in entries_of(data, cfg) if p >= from_offset}
+    bad = {}
+    for k, data in enumerate(live):
+        wrong = [(i, h, p) for i, h, p in entries_of(data, cfg) if p >= from_offset and (h, p) not in pairs]
+        if wrong:
+            bad[str(k)] = [len(wrong), *wrong[0]]
+    found = set()
+    for data in live:
+        reach = lookup_reachable(IndexFileReader(data, cfg))
+        found |= {(h, p) for (_, h, p), r in zip(entries_of(data, cfg), reach) if r}
+    missing = sorted((p, h) for h, p in pairs - found)
+    return {"bad": bad, "keys_total": len(pairs), "missing": [len(missing), *missing[0]] if missing else None}
+
+
+def compared(live: list[bytes], rebuilt: list[bytes], starts: list[int], from_offset: int = 0) -> dict[str, object]:
+    """compare_index_range over every range ``starts`` make, summed as the audit's driver sums them."""
+    scope = EntryScope(from_offset, index_range_bounds(starts))
+    out: dict[str, object] = {"bad": {}, "keys_total": 0, "missing": None}
+    for k in range(len(scope.bounds) + 1):
+
+        def keep(phy: np.ndarray, k: int = k) -> np.ndarray:
+            return scope.keep(phy) & (range_of(phy, scope.bounds) == k)
+
+        parts = [IndexPart.of(IndexFileReader(d, CFG, str(i)), keep, True) for i, d in enumerate(live)]
+        built = [IndexPart.of(IndexFileReader(d, CFG), keep, False) for d in rebuilt]
+        r = compare_index_range(parts, built, 1 << 64)
+        for name, (n, *first) in r["bad"].items():
+            was = out["bad"].get(name, [0, *first])
+            out["bad"][name] = [was[0] + n, *min(was[1:], first)]
+        out["keys_total"] += r["keys_total"]
+        if r["missing"]:
+            was = out["missing"] or [0, *r["missing"][1:]]
+            out["missing"] = [was[0] + r["missing"][0], *min(was[1:], r["missing"][1:])]
+    return out
+
+
+def index_files(messages: list[tuple[int, list[str]]]) -> list[bytes]:
+    """The IndexFiles a broker writes for ``messages`` (commitlog offset, keys), by the tests' reference."""
+    service = ReferenceIndexService(CFG)
+    for offset, keys in messages:
+        service.build_index(offset, 1_767_225_600_000 + offset, "T", 0, None, " ".join(keys))
+    return service.files_bytes()
+
+
+def put(data: bytes, at: int, fmt: str, value: int) -> bytes:
+    out = bytearray(data)
+    struct.pack_into(fmt, out, at, value)
+    return bytes(out)
+
+
+MESSAGES = [(100 * i, [f"k{i % 9}", f"u{i}"] + ([f"u{i}"] if i % 5 == 0 else [])) for i in range(1, 30)]
+REBUILT = index_files(MESSAGES)
+STARTS = [struct.unpack_from(">q", d, 16)[0] for d in REBUILT] + [0, 1000, 2000]
+
+
+def _redirected_entry() -> list[bytes]:  # an entry pointing at no record: a bad entry, and its pair missing
+    return [put(REBUILT[0], ENTRIES_AT + 3 * 20 + 4, ">q", 12_345), *REBUILT[1:]]
+
+
+def _zeroed_slot() -> list[bytes]:  # a hash slot zeroed: its chain's pairs are not found, no entry is bad
+    slot = next(s for s in range(CFG.maxHashSlotNum) if struct.unpack_from(">i", REBUILT[1], SLOTS_AT + s * 4)[0])
+    return [REBUILT[0], put(REBUILT[1], SLOTS_AT + slot * 4, ">i", 0), *REBUILT[2:]]
+
+
+def _lost_file() -> list[bytes]:  # the newest file lost: its pairs are not found
+    return REBUILT[:-1]
+
+
+def _files_swapped() -> list[bytes]:  # every entry is still somewhere: nothing bad, nothing missing
+    return [REBUILT[1], REBUILT[0], *REBUILT[2:]]
+
+
+def _foreign_key_hash() -> list[bytes]:  # an entry's keyHash changed: bad, and the pair it held not found
+    return [REBUILT[0], put(REBUILT[1], ENTRIES_AT + 2 * 20, ">i", 999_999), *REBUILT[2:]]
+
+
+@pytest.mark.parametrize(
+    "damage", [_redirected_entry, _zeroed_slot, _lost_file, _files_swapped, _foreign_key_hash], ids=lambda f: f.__name__
+)
+def test_each_kind_of_divergence_is_what_the_sets_say(damage) -> None:
+    live = damage()
+    want = expected(live, REBUILT)
+    assert compared(live, REBUILT, STARTS) == want
+    if damage in (_redirected_entry, _foreign_key_hash):
+        assert want["bad"] and want["missing"]
+    elif damage in (_zeroed_slot, _lost_file):
+        assert not want["bad"] and want["missing"]
+    else:
+        assert not want["bad"] and not want["missing"]
+
+
+def test_a_healthy_index_has_nothing_bad_and_counts_distinct_pairs() -> None:
+    got = compared(REBUILT, REBUILT, STARTS)
+    assert got == {"bad": {}, "keys_total": sum(len(set(keys)) for _, keys in MESSAGES), "missing": None}
+    assert got["keys_total"] < sum(len(entries_of(d)) for d in REBUILT)  # u0, u5, ... put twice: one pair
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=3)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 10), st.integers(0, 11), st.integers(0, 4), st.integers(-5, 5_000)), max_size=4),
+    st.lists(st.integers(0, 5_000), max_size=4),
+    st.integers(0, 2_000),
+)
+def test_ranges_give_the_sets_answer_whatever_the_damage(messages, damage, starts, from_offset) -> None:
+    """Random messages, random bytes of random live files overwritten (keyHash, offset, prevIndex or a slot),
+    random range bounds and scope: the per-range comparison, summed, is the whole-set answer."""
+    offsets = np.cumsum([gap for gap, _ in messages]).tolist()
+    rebuilt = index_files([(o * 10, keys) for o, (_, keys) in zip(offsets, messages)])
+    live = list(rebuilt)
+    for file, entry, field, value in damage:
+        if live:
+            k = file % len(live)
+            at = [ENTRIES_AT + entry * 20, ENTRIES_AT + entry * 20 + 4, ENTRIES_AT + entry * 20 + 16, SLOTS_AT][
+                field % 4
+            ]
+            at = SLOTS_AT + entry % CFG.maxHashSlotNum * 4 if field == 4 else at
+            live[k] = put(live[k], at, ">q" if field == 1 else ">i", value)
+    bounds = [struct.unpack_from(">q", d, 16)[0] for d in rebuilt] + starts
+    assert compared(live, rebuilt, bounds, from_offset) == expected(live, rebuilt, from_offset)
+
+
+def test_the_sample_is_a_fraction_of_the_pairs_whatever_the_ranges() -> None:
+    """Above ``index_sample`` each pair is in or out by its own hash: the same pairs in one range or in many."""
+    scope_one, scope_many = EntryScope(0, index_range_bounds([0])), EntryScope(0, index_range_bounds(STARTS))
+    threshold = sample_threshold(10, sum(len(entries_of(d)) for d in REBUILT))
+    assert 0 < threshold < 1 << 64 and sample_threshold(10, 10) == 1 << 64
+
+    def sampled(scope: EntryScope) -> int:
+        total = 0
+        for k in range(len(scope.bounds) + 1):
+
+            def keep(phy: np.ndarray, k: int = k) -> np.ndarray:
+                return range_of(phy, scope.bounds) == k
+
+            built = [IndexPart.of(IndexFileReader(d, CFG), keep, False) for d in REBUILT]
+            total += compare_index_range([], built, threshold)["keys_sampled"]
+        return total
+
+    assert 0 < sampled(scope_one) == sampled(scope_many) < 30
+
+
+# --- in Spark ----------------------------------------------------------------------------------
+
+
+def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark, tmp_path: Path) -> None:
+    """A generated store whose live IndexFiles are damaged four ways: the findings are what plain sets of pairs
+    give, and the stage runs two Spark jobs (one task per file position, one per commitlog range), no joins."""
+    from jobs.pipeline.audit import audit
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild import rebuild
+    from storelib.generate import GeneratorSpec, generate_store
+
+    cfg = BrokerConfig(mappedFileSizeCommitLog=1 << 16, maxHashSlotNum=97, maxIndexNum=400)
+    store = tmp_path / "store"
+    generate_store(store, GeneratorSpec(messages=1500, topics=2, queues_per_topic=2), cfg)
+    rebuilt = tmp_path / "rebuilt"
+    rebuild(Run(spark, cfg), str(store), str(rebuilt))
+    files = sorted((store / "index").iterdir())
+    assert len(files) >= 4
+    data = [f.read_bytes() for f in files]
+    entries_at = 40 + cfg.maxHashSlotNum * 4
+    files[0].write_bytes(put(data[0], entries_at + 7 * 20 + 4, ">q", 3))  # entry 7 points at no record
+    files[1].write_bytes(put(data[1], 40 + 5 * 4, ">i", 0))  # hash slot 5 emptied
+    files[2].write_bytes(data[3])  # two files swapped
+    files[3].write_bytes(data[2])
+    files[-1].unlink()  # the newest lost
+    live = [f.read_bytes() for f in files[:-1]]
+    built = [f.read_bytes() for f in sorted((rebuilt / "index").iterdir())]
+
+    spark.sparkContext.setJobGroup("index-stage", "index-stage")
+    result = audit(Run(spark, cfg), str(store), str(rebuilt), None)
+
+    bad = {f.file: f for f in result.findings if f.kind == "index-bad-entries"}
+    (missing,) = [f for f in result.findings if f.kind == "index-keys-not-found"]
+    sets = expected(live, built, cfg=cfg)
+    assert {file: (f.count, f.commitlog_offset, f.file_offset) for file, f in bad.items()} == {
+        f"index/{files[int(k)].name}": (n, phy, entries_at + entry * 20)
+        for k, (n, entry, _, phy) in sets["bad"].items()
+    }
+    assert (missing.count, missing.commitlog_offset, missing.expected) == (
+        sets["missing"][0],
+        sets["missing"][1],
+        f"keyHash {sets['missing'][2]} finds commitlog offset {sets['missing'][1]}",
+    )
+    assert result.summary["index"]["keys_total"] == sets["keys_total"]
+    assert len(_index_jobs(spark, "index-stage")) == 2
+
+
+def _index_jobs(spark, group: str) -> list[int]:
+    """The jobs of ``group`` called from the audit's IndexFile stage (their stages are named by call site)."""
+    tracker = spark.sparkContext.statusTracker()
+    out = []
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        names = [tracker.getStageInfo(s).name for s in info.stageIds] if info else []
+        if any("audit_index.py" in n for n in names):
+            out.append(job)
+    return out
