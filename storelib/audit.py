@@ -842,13 +842,12 @@ def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) ->
 
 
 def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: bytes, cfg: BrokerConfig) -> list[Finding]:
-    """The first difference between a live IndexFile and the rebuilt one at the same position."""
-    if live == rebuilt:
+    """The first difference between a live IndexFile and the rebuilt one at the same position (memory: a chunk)."""
+    n = min(len(live), len(rebuilt))
+    at, differ = differing_bytes(live, rebuilt, n)
+    if not differ and len(live) == len(rebuilt):
         return []
     slots_end = INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
-    n = min(len(live), len(rebuilt))
-    diff = np.flatnonzero(np.frombuffer(live, np.uint8, n) != np.frombuffer(rebuilt, np.uint8, n))
-    at = int(diff[0]) if len(diff) else n
     if at < INDEX_HEADER_SIZE:
         fields = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount")
         names = [fields[i] for i, (a, b) in enumerate(zip(_header(live), _header(rebuilt))) if a != b]
@@ -867,11 +866,22 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
             file,
             f"differs from the rebuilt file {rebuilt_name} (same position), first at {where}",
             file_offset=at,
-            count=len(diff) + abs(len(live) - len(rebuilt)),
+            count=differ + abs(len(live) - len(rebuilt)),
             expected=exp or f"{len(rebuilt)} bytes as rebuilt",
-            actual=act or f"{len(live)} bytes, {len(diff)} differ",
+            actual=act or f"{len(live)} bytes, {differ} differ",
         )
     ]
+
+
+def differing_bytes(live: bytes, rebuilt: bytes, n: int, chunk: int = 1 << 23) -> tuple[int, int]:
+    """The first differing byte of the first ``n`` (``n`` when none) and how many differ, ``chunk`` at a time."""
+    first, count = n, 0
+    for at in range(0, n, chunk):
+        size = min(chunk, n - at)
+        diff = np.frombuffer(live, np.uint8, size, at) != np.frombuffer(rebuilt, np.uint8, size, at)
+        k = int(np.count_nonzero(diff))
+        first, count = (min(first, at + int(diff.argmax())) if k else first), count + k
+    return first, count
 
 
 def _header(data: bytes) -> tuple[int, ...]:

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.audit import EntryScope, IndexPart, compare_index_range, index_range_bounds, range_of, sample_threshold
+from storelib.audit import (
+    EntryScope,
+    IndexPart,
+    compare_index_range,
+    differing_bytes,
+    index_range_bounds,
+    range_of,
+    sample_threshold,
+)
 from storelib.config import BrokerConfig
 from storelib.indexfile import IndexFileReader, lookup_reachable
 from tests.reference import ReferenceIndexService
@@ -230,3 +238,14 @@ def _index_jobs(spark, group: str) -> list[int]:
         if any("audit_index.py" in n for n in names):
             out.append(job)
     return out
+
+
+@given(st.binary(max_size=64), st.lists(st.tuples(st.integers(0, 63), st.integers(1, 255)), max_size=6))
+def testdiffering_bytes_a_chunk_at_a_time_are_the_whole_comparison(data: bytes, changes) -> None:
+    other = bytearray(data)
+    for at, xor in changes:
+        if at < len(other):
+            other[at] ^= xor
+    diff = np.flatnonzero(np.frombuffer(data, np.uint8) != np.frombuffer(bytes(other), np.uint8))
+    whole = (int(diff[0]) if len(diff) else len(data), len(diff))
+    assert differing_bytes(data, bytes(other), len(data), chunk=5) == whole

@@ -76,13 +76,7 @@ def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) 
     """Every live entry in scope is a rebuilt entry (its keyHash is a key of the record it points at), and every
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
     ``index_sample``: one task per commitlog range reading only the files with entries there."""
-    live = [r for r in rows if r["live"] and r["header"]]
-    tasks = []
-    for k in range(len(entries.bounds) + 1):
-        names = [r["live"] for r in live if k in r["ranges"]]
-        built = [r["rebuilt"] for r in rows if r["rebuilt"] and k in _rebuilt_ranges(a, r["rebuilt"], entries)]
-        if names or built:
-            tasks.append({"range": k, "live": names, "rebuilt": built})
+    tasks = _range_tasks(a, rows, entries)
     threshold = sample_threshold(a.index_sample, sum(r["rebuilt_entries"] for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     with Progress(a.run, len(tasks), 0, "index entries (live against rebuilt, key lookups)"):
@@ -95,13 +89,20 @@ def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) 
     return _keys_not_found(a, results)
 
 
-def _rebuilt_ranges(a: Audit, name: str, entries: EntryScope) -> range:
-    """The ranges a rebuilt file's entries fall in: its entries are in commitlog order."""
-    f = next(f for f in a.rebuild_report["index_files"] if f["name"] == name)
-    if f["index_count"] <= 1:
-        return range(0)
-    first, last = range_of(np.array([f["begin_phy_offset"], f["end_phy_offset"]]), entries.bounds).tolist()
-    return range(first, last + 1)
+def _range_tasks(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) -> list[dict[str, Any]]:
+    """Per commitlog range with entries: the live files (readable) and rebuilt files holding some. A rebuilt
+    file's entries are in commitlog order, so its header's begin and end offsets give its ranges."""
+    files = {f["name"]: f for f in a.rebuild_report["index_files"]}
+    tasks: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        for k in r["ranges"] if r["live"] and r["header"] else []:
+            tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r["live"])
+        f = files.get(r["rebuilt"]) if r["rebuilt"] else None
+        if f and f["index_count"] > 1:
+            first, last = range_of(np.array([f["begin_phy_offset"], f["end_phy_offset"]]), entries.bounds).tolist()
+            for k in range(first, last + 1):
+                tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r["rebuilt"])
+    return [tasks[k] for k in sorted(tasks)]
 
 
 def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
