@@ -922,6 +922,15 @@ class EntryScope:
     def keep(self, phy: np.ndarray) -> np.ndarray:
         return phy >= self.from_offset
 
+    def in_range(self, phy: np.ndarray, k: int) -> np.ndarray:
+        """The offsets in scope and in range ``k`` (two comparisons: no index array as long as ``phy``)."""
+        inside = self.keep(phy)
+        if k > 0:
+            inside &= phy >= self.bounds[k - 1]
+        if k < len(self.bounds):
+            inside &= phy < self.bounds[k]
+        return inside
+
     def ranges(self, phy: np.ndarray) -> list[int]:
         """The ranges the offsets in scope fall in."""
         return np.flatnonzero(np.bincount(range_of(phy[self.keep(phy)], self.bounds))).tolist()

@@ -60,7 +60,7 @@ def compared(live: list[bytes], rebuilt: list[bytes], starts: list[int], from_of
     for k in range(len(scope.bounds) + 1):
 
         def keep(phy: np.ndarray, k: int = k) -> np.ndarray:
-            return scope.keep(phy) & (range_of(phy, scope.bounds) == k)
+            return scope.in_range(phy, k)
 
         parts = [IndexPart.of(IndexFileReader(d, CFG, str(i)), keep, True) for i, d in enumerate(live)]
         built = [IndexPart.of(IndexFileReader(d, CFG), keep, False) for d in rebuilt]
@@ -249,3 +249,14 @@ def testdiffering_bytes_a_chunk_at_a_time_are_the_whole_comparison(data: bytes, 
     diff = np.flatnonzero(np.frombuffer(data, np.uint8) != np.frombuffer(bytes(other), np.uint8))
     whole = (int(diff[0]) if len(diff) else len(data), len(diff))
     assert differing_bytes(data, bytes(other), len(data), chunk=5) == whole
+
+
+@given(st.lists(st.integers(-5, 50), max_size=6), st.lists(st.integers(-10, 60), max_size=30), st.integers(-5, 20))
+def test_a_range_holds_the_offsets_its_number_says(starts, offsets, from_offset) -> None:
+    """What a range task keeps (``in_range``) is what the position task counted for it (``ranges``)."""
+    scope = EntryScope(from_offset, index_range_bounds(starts or [0]))
+    phy = np.array(offsets, dtype=np.int64)
+    kept = [scope.in_range(phy, k) for k in range(len(scope.bounds) + 1)]
+    assert sum(m.astype(int) for m in kept).tolist() == (phy >= from_offset).astype(int).tolist()  # each once
+    assert [k for k, m in enumerate(kept) if m.any()] == scope.ranges(phy)
+    assert all((m == ((range_of(phy, scope.bounds) == k) & (phy >= from_offset))).all() for k, m in enumerate(kept))

@@ -12,7 +12,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pyarrow.fs as pafs
 
 from storelib.audit import (
@@ -23,7 +22,6 @@ from storelib.audit import (
     compare_index_files,
     compare_index_range,
     index_entries,
-    range_of,
 )
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import decode_message
@@ -147,9 +145,6 @@ def audit_index_range(
     """One commitlog range (``task``: its number, the live and rebuilt files with entries there): the live
     entries against the rebuilt ones and the broker's lookup (storelib.audit.compare_index_range)."""
 
-    def keep(phy: np.ndarray) -> np.ndarray:
-        return entries.keep(phy) & (range_of(phy, entries.bounds) == task["range"])
-
     def parts(root: str, names: list[str], reach: bool) -> list[IndexPart]:
         out = []
         for name in names:
@@ -157,7 +152,7 @@ def audit_index_range(
                 reader = IndexFileReader(_map(root, index_file(name)), cfg, name)
             except (OSError, StoreFormatError):
                 continue  # reported by audit_index_file
-            out.append(IndexPart.of(reader, keep, reach))
+            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task["range"]), reach))
         return out
 
     return compare_index_range(parts(store, task["live"], True), parts(rebuilt, task["rebuilt"], False), threshold)
