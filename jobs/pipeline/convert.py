@@ -21,7 +21,7 @@ from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.errors import BadInput, DamageStop
 from storelib.findings import Finding
 from storelib.layout import CHECKPOINT, CONSUMEQUEUE, INDEX
-from storelib.segments import RECORD_DAMAGE, damage_findings, judge_ends, settle_torn_tail
+from storelib.segments import damage_findings, judge_ends, segment_errors, settle_torn_tail
 from udfs.convert import CONVERTED_SCHEMA, segment_converter
 from udfs.fs import join, resolve
 
@@ -55,7 +55,7 @@ def convert(run: Run, store: str, out: str) -> Converted:
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         summaries = settle_torn_tail(segments, scan_segments(run, segments, f"{work}/scratch"))
         findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)
-        errors = [f for f in findings if f.severity == "error" and f.kind not in RECORD_DAMAGE]
+        errors = segment_errors(findings)
         if errors or any(s.damage for s in summaries.values()):
             raise DamageStop("the source store is damaged; nothing was written (audit or recover it first)", findings)
         staging = f"{near}/out"

@@ -55,13 +55,13 @@ from storelib.report import REBUILD_REPORT, build_rebuild_report
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
-    RECORD_DAMAGE,
     Segment,
     SegmentSummary,
     damage_findings,
     judge_ends,
     plan_parse_tasks,
     plan_segments,
+    segment_errors,
     settle_torn_tail,
 )
 from storelib.versions import (
@@ -378,7 +378,7 @@ def judge(
     Damage to one record is reported and loses only that record: it never stops or skips a segment.
     """
     findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)
-    errors = [f for f in findings if f.severity == "error" and f.kind not in RECORD_DAMAGE]
+    errors = segment_errors(findings)
     if not errors:
         return []
     if on_error == "stop":
