@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, SEVERITIES
 from storelib.verdict import human_bytes, plural, report_verdict
 from udfs.fs import join, resolve, write_file
@@ -95,7 +96,7 @@ def console_summary(report: dict[str, Any], report_dir: str | None) -> str:
         lines.append(f"  {f['severity'].upper():7} {f['kind']}: {f['file']}: {f['message']}")
     if len(shown) > 15:
         lines.append(f"  ... {len(shown) - 15} more in the report")
-    outcome = {0: "clean", 1: "DIVERGENT", 2: "COULD NOT AUDIT"}[s["exit_code"]]
+    outcome = {EXIT_OK: "clean", EXIT_FINDINGS: "DIVERGENT", EXIT_CANNOT: "COULD NOT AUDIT"}[s["exit_code"]]
     queues = s.get("queues", {})
     lines.append(
         f"audit: {outcome}: {plural(s['error'], 'error')}, {plural(s['warning'], 'warning')}, "

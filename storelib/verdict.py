@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS
 
 BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
@@ -80,7 +81,7 @@ def truncation(report: Mapping[str, Any], messages_lost: int | None) -> dict[str
 def broker_outcome(report: Mapping[str, Any], cut: Mapping[str, Any] | None) -> tuple[str, str]:
     """(``start``/``refuse``/``truncate``/``unknown``, one sentence): the broker started on this store now."""
     kinds = {f["kind"] for f in report["findings"]}
-    if report["summary"]["exit_code"] == 2 or "rebuilt-stale" in kinds:
+    if report["summary"]["exit_code"] == EXIT_CANNOT or "rebuilt-stale" in kinds:
         return "unknown", "Could not audit this store, so what the broker would do with it is not known."
     fails = [k.start_fails for name, k in KINDS.items() if k.start_fails and name in kinds]
     if fails:
@@ -295,7 +296,7 @@ def closing_line(after: Mapping[str, Any]) -> tuple[str, int]:
     """recover's last line and exit code, from the re-audit's report: 0 exactly when no repairable finding is left."""
     left = [f for f in after["findings"] if repairable(f)]
     stays = collections.Counter(f["kind"] for f in divergences(after) if not repairable(f))
-    code = 1 if left else 0
+    code = EXIT_FINDINGS if left else EXIT_OK
     kept = ", ".join(f"{k}{' ×' + str(n) if n > 1 else ''}" for k, n in stays.items())
     line = f"recover: re-audit: {plural(len(left), 'repairable finding')} left"
     if kept:

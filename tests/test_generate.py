@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import cli
 from jobs import generate as generate_job
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
@@ -296,9 +297,8 @@ def test_refuses_an_existing_store_and_impossible_settings_and_keeps_the_last_se
 
 
 def run_verb(*argv: str) -> int:
-    p = argparse.ArgumentParser()
-    generate_job.add_arguments(p)
-    return generate_job.run(p.parse_args(argv))
+    """``rmqstore generate ARGV``'s exit code (errors are mapped to codes by storelib.errors, through the CLI)."""
+    return cli.main(["generate", *argv])
 
 
 def test_parse_size_and_body_size():

@@ -38,7 +38,7 @@ from jobs.pipeline.listing import check_outside_store, real_path
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
-from storelib.errors import BadInput, Refused, RmqStoreError
+from storelib.errors import EXIT_CANNOT, EXIT_OK, BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence
 from storelib.layout import inside, segment_dirs
 from storelib.plan import ACTIONS, CHECKPOINT, Plan, Step, recover_plan
@@ -464,7 +464,7 @@ def recover(
     check_stopped(store)
     backup = check_backup_dir(store, backup_dir or default_backup_dir(store)) if do_apply else None
     before = audited or audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
-    if before.exit_code == 2:
+    if before.exit_code == EXIT_CANNOT:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
     planned = plan(before, truncate_torn_tail)
     steps = list(planned.steps)
@@ -472,11 +472,11 @@ def recover(
         print(f"  note: {note}")
     if not steps:
         print("recover: nothing to change")
-        return 0
+        return EXIT_OK
     print("\n".join(plan_lines(before.report, [s.to_dict() for s in steps], str(backup) if backup else None)))
     if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
-        return 0
+        return EXIT_OK
     check_stopped(store)
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
