@@ -14,6 +14,7 @@ from typing import Any
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, SEVERITIES
+from storelib.layout import COMMITLOG
 from storelib.verdict import human_bytes, plural, report_verdict
 from udfs.fs import join, resolve, write_file
 
@@ -311,7 +312,9 @@ def commitlog_chart(report: dict[str, Any]) -> str:
 
 def _commitlog_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Findings about a place in the commitlog (queue and index findings name their entries' offsets too)."""
-    return [f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith("commitlog/")]
+    return [
+        f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith(COMMITLOG + "/")
+    ]
 
 
 def _commitlog_marks(report: dict[str, Any], x: Any) -> list[str]:

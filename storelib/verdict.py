@@ -14,6 +14,7 @@ from typing import Any
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS
+from storelib.layout import CHECKPOINT, COMMITLOG
 
 BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
 
@@ -46,7 +47,7 @@ def where(f: Mapping[str, Any]) -> str:
         return f"{queue_name(f)} at queue offset {f['queue_offset']:,}"
     if f.get("topic") is not None:
         return queue_name(f)
-    if f.get("commitlog_offset") is not None and f["file"].startswith("commitlog/"):
+    if f.get("commitlog_offset") is not None and f["file"].startswith(COMMITLOG + "/"):
         return f"commitlog offset {f['commitlog_offset']:,}"
     return {"": "the store", "index": "the IndexFiles"}.get(f["file"], f["file"])
 
@@ -171,7 +172,7 @@ def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> 
         if not repairable(f):
             continue
         if KINDS[f["kind"]].by_checkpoint:
-            hit = step["file"] == "checkpoint"
+            hit = step["file"] == CHECKPOINT
         else:
             scope = _scope(f)
             hit = step["file"] == scope or step["file"].startswith(scope + "/")

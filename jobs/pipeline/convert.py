@@ -17,10 +17,9 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.rebuild import list_segments, publish, rebuild, scan_segments, store_rules
-from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.errors import BadInput, DamageStop
 from storelib.findings import Finding
-from storelib.layout import CHECKPOINT, CONSUMEQUEUE, INDEX
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, CONSUMEQUEUE, INDEX
 from storelib.segments import damage_findings, judge_ends, segment_errors, settle_torn_tail
 from udfs.convert import CONVERTED_SCHEMA, segment_converter
 from udfs.fs import join, resolve

@@ -40,8 +40,8 @@ from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
 from storelib.errors import EXIT_CANNOT, EXIT_OK, BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence
-from storelib.layout import inside, segment_dirs
-from storelib.plan import ACTIONS, CHECKPOINT, Plan, Step, recover_plan
+from storelib.layout import ABORT, CHECKPOINT, inside, segment_dirs
+from storelib.plan import ACTIONS, Plan, Step, recover_plan
 from storelib.verdict import closing_line, plan_lines
 from udfs.fs import join, read_file, resolve
 
@@ -65,7 +65,7 @@ def check_stopped(store: str) -> None:
         raise Refused(f"{root} has no commitlog directory, nor a DLedger one: not a store root")
     if lock_held(store):
         raise Refused(f"{root / 'lock'} is locked by another process: the broker is running; stop it first")
-    if (root / "abort").exists():
+    if (root / ABORT).exists():
         alive = broker_processes(store)
         if alive:
             raise Refused(
@@ -95,8 +95,8 @@ def plan(result: AuditResult, truncate_torn_tail: bool) -> Plan:
 def _checkpoint(store: str, rebuilt: str) -> bytes:
     """The rebuilt checkpoint's timestamps; the 5.x offsets kept from the live one."""
     fs, root = resolve(rebuilt)
-    new = Checkpoint.unpack(read_file(fs, join(root, "checkpoint")))
-    path = local_path(store) / "checkpoint"
+    new = Checkpoint.unpack(read_file(fs, join(root, CHECKPOINT)))
+    path = local_path(store) / CHECKPOINT
     old = Checkpoint.unpack(path.read_bytes()) if path.is_file() and path.stat().st_size == CHECKPOINT_SIZE else None
     return new.with_5x_fields_of(old).pack()
 
