@@ -140,7 +140,7 @@ def render_html(report: dict[str, Any]) -> str:
         _TEMPLATE.render(
             colors=COLORS,
             lost=LOST,
-                width=CHART_WIDTH,
+            width=CHART_WIDTH,
             run=run,
             summary=report["summary"],
             v=v,
