@@ -29,6 +29,7 @@ from storelib.constants import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from storelib.errors import RmqStoreError
 from storelib.generate import (
     LONG_TOPIC,
     PRESETS,
@@ -297,8 +298,14 @@ def test_refuses_an_existing_store_and_impossible_settings_and_keeps_the_last_se
 
 
 def run_verb(*argv: str) -> int:
-    """``rmqstore generate ARGV``'s exit code (errors are mapped to codes by storelib.errors, through the CLI)."""
-    return cli.main(["generate", *argv])
+    """``rmqstore generate ARGV``'s exit code, an error said and mapped as the CLI does (jobs.cli.failed; not
+    cli.main, which stops the test session's Spark)."""
+    p = argparse.ArgumentParser()
+    generate_job.add_arguments(p)
+    try:
+        return generate_job.run(p.parse_args(argv))
+    except (RmqStoreError, OSError) as exc:
+        return cli.failed("generate", list(argv), exc)
 
 
 def test_parse_size_and_body_size():
