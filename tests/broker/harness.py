@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storelib.config import read_properties  # a broker.conf, as the broker reads it (Properties.load)
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
 
@@ -158,12 +160,6 @@ class BrokerStore:
 def read_jsonl(path: Path) -> list[dict]:
     """One JSON object per line."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """key=value lines of a broker.conf (comments and blank lines skipped)."""
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
-    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def sources_hash(version: str, variant: str) -> str:
