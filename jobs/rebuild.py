@@ -16,7 +16,6 @@ import sys
 from jobs.cli import add_broker_config, add_spark_options, broker_config, print_findings, spark_run
 from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, check_output, rebuild
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, DamageStop
-from storelib.findings import Finding
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,21 +47,21 @@ def run(args: argparse.Namespace) -> int:
 
         write_catalog(run_.spark, result.records, args.catalog, args.store_id or default_store_id(args.store))
         result.records.unpersist()
-    findings = [Finding.from_dict(f) for f in result.report["findings"]]
-    print_findings(findings)
+    findings = result.report.findings
+    print_findings(list(findings))
     print(summary_line(result, run_.startup))
     return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_OK
 
 
 def summary_line(result: RebuildResult, startup: float) -> str:
     r = result.report
-    seg = r["commitlog"]["segments"]
-    data = sum(s["end_offset"] - s["start"] for s in seg if s["messages"])
+    seg, messages = r.commitlog.segments, r.commitlog.messages
+    data = sum(s.end_offset - s.start for s in seg if s.messages)
     secs = max(result.seconds, 1e-9)
     return (
-        f"rebuild: {len(seg)} segments, {r['commitlog']['messages']:,} messages, {len(r['consume_queues'])} queues, "
-        f"{len(r['index_files'])} index files in {result.seconds:.1f} s ({data / secs / 1e6:,.1f} MB/s, "
-        f"{r['commitlog']['messages'] / secs:,.0f} msgs/s; Spark start-up {startup:.1f} s) -> {result.out}"
+        f"rebuild: {len(seg)} segments, {messages:,} messages, {len(r.consume_queues)} queues, "
+        f"{len(r.index_files)} index files in {result.seconds:.1f} s ({data / secs / 1e6:,.1f} MB/s, "
+        f"{messages / secs:,.0f} msgs/s; Spark start-up {startup:.1f} s) -> {result.out}"
     )
 
 

@@ -50,6 +50,7 @@ from storelib.layout import (
     offset_file_name,
     queue_dir,
 )
+from storelib.report import SegmentRecord
 from storelib.restart import Restart, SegmentFacts, next_start, stops_recovery
 from storelib.segments import Segment, SegmentSummary
 
@@ -1153,21 +1154,19 @@ def index_repairs(
     return out
 
 
-def stale_finding(rebuilt: list[dict[str, object]], now: Mapping[str, SegmentSummary]) -> Finding | None:
+def stale_finding(rebuilt: list[SegmentRecord], now: Mapping[str, SegmentSummary]) -> Finding | None:
     """A finding when rebuild.json describes other commitlog segments than the store now holds."""
-    then = {str(s["file"]): s for s in rebuilt}
+    then = {s.file: s for s in rebuilt}
     for name in sorted(set(now) | set(then)):
         was, is_ = then.get(name), now.get(name)
-        described = None if was is None else (was["end_offset"], was.get("fingerprint"))
+        described = None if was is None else (was.end_offset, was.fingerprint)
         current = None if is_ is None else (is_.end_offset, is_.fingerprint)
         if described != current:
             return finding(
                 "rebuilt-stale",
                 commitlog_file(name),
                 "the rebuilt index was made from other records than this segment holds now; rebuild it first",
-                expected="no segment"
-                if was is None
-                else f"records end at {was['end_offset']}, {was.get('fingerprint')}",
+                expected="no segment" if was is None else f"records end at {was.end_offset}, {was.fingerprint}",
                 actual="no segment" if is_ is None else f"records end at {is_.end_offset}, {is_.fingerprint}",
             )
     return None

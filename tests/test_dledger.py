@@ -112,8 +112,8 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     result = rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
     assert tree(out, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
-    assert result.report["commitlog"]["messages"] == committed_index(store / "store") + 1
-    assert result.report["findings"] == []
+    assert result.report.commitlog.messages == committed_index(store / "store") + 1
+    assert result.report.findings == ()
     written = json.loads((out / "rebuild.json").read_text())
     assert written["broker_config"]["enableDLegerCommitLog"] is True
     assert written["broker_rules"]["name"] == {"5.5.0": "5.5", "4.9.7": "4.9"}[version]
@@ -398,8 +398,8 @@ def test_a_mixed_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: 
     result = rebuild(run, str(root), str(out))
     assert_same_index(root, out)
     assert tree(out, "dledger-n0/index") == tree(root, "dledger-n0/index")
-    assert result.report["findings"] == []
-    assert result.report["commitlog"]["messages"] == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
+    assert result.report.findings == ()
+    assert result.report.commitlog.messages == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
         len(walk_entries(f)) for f in data
     )
     checked = audit(run, str(root), str(out), None)

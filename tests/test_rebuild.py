@@ -15,6 +15,7 @@ from storelib.commitlog import Message, encode_message
 from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
 from storelib.errors import DamageStop
 from storelib.generate import PRESETS, generate_store
+from storelib.report import RebuildReport
 from tests import storecopy
 from tests.conftest import FIXTURE_DIR
 from tests.reference import assert_index_equals_reference, assert_index_files, store_files, walk_commitlog
@@ -40,10 +41,12 @@ def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
     summary = json.loads(
         (FIXTURE_DIR / "expected" / ("expired/" if store == "expired" else "") / "dump_summary.json").read_text()
     )
-    assert result.report["commitlog"]["messages"] == summary["messages"]
-    assert result.report["commitlog"]["max_offset"] == summary["maxPhyOffset"]
-    assert sum(q["entries"] for q in result.report["consume_queues"]) == summary["cqEntries"]
-    assert [f for f in result.report["findings"] if f["severity"] != "info"] == []
+    assert result.report.commitlog.messages == summary["messages"]
+    assert result.report.commitlog.max_offset == summary["maxPhyOffset"]
+    assert sum(q.entries for q in result.report.consume_queues) == summary["cqEntries"]
+    assert [f for f in result.report.findings if f.severity != "info"] == []
+    written = (out / "rebuild.json").read_text()
+    assert RebuildReport.from_json(written) == result.report and result.report.to_json() == written
 
 
 def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spark, cfg, tmp_path):
@@ -51,17 +54,13 @@ def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spa
     out = tmp_path / "out"
     result = rebuild(Run(spark, cfg), str(FIXTURE_DIR / "crashed"), str(out))
     assert_same_index(FIXTURE_DIR / "clean", out)
-    crc = [
-        (f["file"], f["commitlog_offset"], f["file_offset"])
-        for f in result.report["findings"]
-        if f["kind"] == "crc-mismatch"
-    ]
+    crc = [(f.file, f.commitlog_offset, f.file_offset) for f in result.report.findings if f.kind == "crc-mismatch"]
     assert crc == [
         ("commitlog/00000000000001835008", 1965519, 130511),
         ("commitlog/00000000000001835008", 1965763, 130755),
     ]
-    last = result.report["commitlog"]["segments"][-1]
-    assert (last["file"], last["end_reason"], last["messages"]) == ("00000000000003538944", "zero-tail", 0)
+    last = result.report.commitlog.segments[-1]
+    assert (last.file, last.end_reason, last.messages) == ("00000000000003538944", "zero-tail", 0)
 
 
 def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
@@ -94,7 +93,7 @@ def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spa
     assert (errors[0].kind, errors[0].commitlog_offset) == ("segment-bad-magic", 393216)
 
     result = rebuild(Run(spark, cfg), str(store), str(out), on_error="skip-segment")
-    kinds = {f["kind"] for f in result.report["findings"]}
+    kinds = {f.kind for f in result.report.findings}
     assert "segments-skipped" in kinds and "queue-offset-gap" in kinds
 
 
@@ -131,15 +130,15 @@ def test_hostile_topic_never_becomes_a_path(spark, tmp_path):
     (store / "commitlog" / "00000000000000000000").write_bytes(records + bytes(4096 - len(records)))
     out = tmp_path / "out"
     result = rebuild(Run(spark, cfg), str(store), str(out))
-    hostile = [f for f in result.report["findings"] if f["kind"] == "hostile-topic-name"]
-    assert [h["topic"] for h in hostile] == ["../../escape"]
+    hostile = [f for f in result.report.findings if f.kind == "hostile-topic-name"]
+    assert [h.topic for h in hostile] == ["../../escape"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(
         [
             "store/commitlog/00000000000000000000",
             "out/consumequeue/ok_topic/0/00000000000000000000",
             "out/checkpoint",
             "out/rebuild.json",
-            *[f"out/index/{f['name']}" for f in result.report["index_files"]],
+            *[f"out/index/{f.name}" for f in result.report.index_files],
         ]
     )
 
@@ -174,10 +173,10 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
     assert summary.deleted_segments == 2 and summary.kinds["v2"] > 0
     result = rebuild(Run(spark, cfg), str(tmp_path / "store"), str(tmp_path / "out"))
     assert_index_equals_reference(tmp_path / "store", tmp_path / "out", cfg)
-    assert len(result.report["index_files"]) == summary.index_files > 2
+    assert len(result.report.index_files) == summary.index_files > 2
     if exact_fill:
-        assert [f["index_count"] for f in result.report["index_files"][-2:]] == [cfg.maxIndexNum, 1]
-    assert [f for f in result.report["findings"] if f["severity"] != "info"] == []
+        assert [f.index_count for f in result.report.index_files[-2:]] == [cfg.maxIndexNum, 1]
+    assert [f for f in result.report.findings if f.severity != "info"] == []
 
 
 def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_over(tmp_path: Path) -> None:

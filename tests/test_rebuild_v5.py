@@ -52,10 +52,10 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     assert rules["source"] == ("--broker-version" if version else "detected")
     if not version:
         assert {c["clue"] for c in rules["clues"]} >= {"batchconsumequeue/", "__CRC32#", "index tag keys"}
-    assert result.report["findings"] == []
-    queues = {(q["topic"], q["queue_id"]): q for q in result.report["consume_queues"]}
-    assert (queues["TopicBatchCQ", 0]["entries"], queues["TopicBatchCQ", 0]["max_offset"]) == (38, 151)
-    assert queues["%LMQ%room-4", 0]["entries"] == 72
+    assert result.report.findings == ()
+    queues = {(q.topic, q.queue_id): q for q in result.report.consume_queues}
+    assert (queues["TopicBatchCQ", 0].entries, queues["TopicBatchCQ", 0].max_offset) == (38, 151)
+    assert queues["%LMQ%room-4", 0].entries == 72
 
 
 DETECTED = {"4.9.7": "4.9", "5.3.3": "5.2", "5.5.0": "5.5"}

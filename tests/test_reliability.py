@@ -502,13 +502,13 @@ def test_record_damage_keeps_its_segment_and_audit_names_hostile_topics_orphans_
 
     result = rebuild(Run(spark, CFG), str(store), str(tmp_path / "rebuilt"))  # on_error=stop: no DamageStop
     report = result.report
-    kinds = {f["kind"]: f for f in report["findings"]}
+    kinds = {f.kind: f for f in report.findings}
     assert "segments-skipped" not in kinds
-    assert kinds["length-mismatch"]["commitlog_offset"] == broken.offset
+    assert kinds["length-mismatch"].commitlog_offset == broken.offset
     torn = kinds["commitlog-torn-tail"]
-    assert (torn["severity"], torn["commitlog_offset"]) == ("warning", torn_at)
-    assert report["commitlog"]["max_offset"] == torn_at
-    per_segment = {s["start"]: s["messages"] for s in report["commitlog"]["segments"]}
+    assert (torn.severity, torn.commitlog_offset) == ("warning", torn_at)
+    assert report.commitlog.max_offset == torn_at
+    per_segment = {s.start: s.messages for s in report.commitlog.segments}
     for start in per_segment:
         expected = sum(1 for r in records if start <= r.offset < start + CFG.mappedFileSizeCommitLog)
         assert per_segment[start] == expected - (start == 2 * CFG.mappedFileSizeCommitLog), start

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -118,13 +119,17 @@ def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
     return write
 
 
-INDEX_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(IndexHeader))
 _ENTRY_SIZE = np.dtype(INDEX_ENTRY_DTYPE).itemsize
 
 
 def index_part_name(file_no: int) -> str:
     """An IndexFile's name in the staging directory, until every file's first timestamp is known."""
     return f".part-{file_no:08d}"
+
+
+def index_header(row: Any) -> IndexHeader:
+    """The header of an INDEX_SUMMARY_SCHEMA row."""
+    return IndexHeader(**{f.name: getattr(row, f.name) for f in dataclasses.fields(IndexHeader)})
 
 
 def read_entries(uri: str, first: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:

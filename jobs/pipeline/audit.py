@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import time
 from typing import Any
 
@@ -36,7 +35,7 @@ from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
 from storelib.plan import recover_plan
-from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
+from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, RebuildReport, audit_summary, sorted_findings
 from storelib.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
@@ -68,7 +67,7 @@ class Audit:
     report_dir: str | None
     index_sample: int
     scope: Scope
-    rebuild_report: dict[str, Any]
+    rebuild_report: RebuildReport
     started: dt.datetime
     t0: float
     broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
@@ -136,21 +135,20 @@ def audit(
         return _audit(a, audited, listing, summaries, before)
 
 
-def _rebuild_report(rebuilt: str) -> dict[str, Any]:
+def _rebuild_report(rebuilt: str) -> RebuildReport:
     """The rebuild's rebuild.json."""
     fs, root = resolve(rebuilt)
-    return json.loads(read_file(fs, join(root, REBUILD_REPORT)))
+    return RebuildReport.from_json(read_file(fs, join(root, REBUILD_REPORT)))
 
 
-def rebuilt_release(rebuild_report: dict[str, Any], given: str) -> str:
+def rebuilt_release(rebuild_report: RebuildReport, given: str) -> str:
     """The release to audit by: ``given`` (``--broker-version``), else the one the rebuild was given, if any."""
-    rules = rebuild_report.get("broker_rules") or {}
-    return given or ((rules.get("version") or "") if rules.get("source") == "--broker-version" else "")
+    return given or (rebuild_report.broker_rules.given_release if rebuild_report.broker_rules else "")
 
 
-def _check_same_rules(rules: BrokerRules, rebuild_report: dict[str, Any] | None) -> None:
+def _check_same_rules(rules: BrokerRules, rebuild_report: RebuildReport | None) -> None:
     """A rebuild made by other rules than the audit's would show their differences as damage: CannotAudit."""
-    built = ((rebuild_report or {}).get("broker_rules") or {}).get("name")
+    built = rebuild_report.broker_rules.name if rebuild_report and rebuild_report.broker_rules else None
     if built is not None and built != rules.rules.name:
         raise CannotAudit(
             f"the rebuild used the broker rules {built}, this audit {rules.rules.name} ({rules.why}): rebuild "
@@ -164,13 +162,13 @@ def _audit(
     """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
     a.segments, a.summaries = audited, summaries
     a.findings = listing + judge_ends(audited, summaries) + damage_findings(audited, summaries)
-    a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if KINDS[f["kind"]].index_build]
-    described = [s for s in a.rebuild_report["commitlog"]["segments"] if s["start"] >= a.scope.start]
+    a.findings += [f for f in a.rebuild_report.findings if KINDS[f.kind].index_build]
+    described = [s for s in a.rebuild_report.commitlog.segments if s.start >= a.scope.start]
     stale = stale_finding(described, summaries)
     if stale:
         a.findings.append(stale)
         return _finish(a, {}, [], [], EXIT_CANNOT)
-    with Progress(a.run, len(a.rebuild_report["consume_queues"]), 0, "queues"):
+    with Progress(a.run, len(a.rebuild_report.consume_queues), 0, "queues"):
         queue_rows = audit_queues(a)
     _audit_commitlog(a, summaries, max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1))
     audit_dledger(a)
@@ -178,10 +176,14 @@ def _audit(
     in_use = in_use_finding(before, store_state(a.store))
     if in_use:
         a.findings.append(in_use)
-    commitlog = a.rebuild_report["commitlog"]
+    commitlog = a.rebuild_report.commitlog
     counts = {
-        "commitlog": {k: commitlog[k] for k in ("messages", "min_offset", "max_offset")}
-        | {"segments": len(commitlog["segments"])},
+        "commitlog": {
+            "messages": commitlog.messages,
+            "min_offset": commitlog.min_offset,
+            "max_offset": commitlog.max_offset,
+            "segments": len(commitlog.segments),
+        },
         "queues": {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r["status"] in ("ok", "info"))},
         "index": {
             "live_files": sum(1 for r in index_rows if r["live"]),
@@ -196,15 +198,14 @@ def _audit(
 def _audit_commitlog(a: Audit, summaries: dict[str, Any], cq_max_physic_offset: int) -> None:
     """What the broker's recovery would do with the log, from the checkpoint, abort, the damage found and where the
     live ConsumeQueues end (``cq_max_physic_offset``)."""
-    commitlog = a.rebuild_report["commitlog"]
+    commitlog = a.rebuild_report.commitlog
     a.facts = [
-        SegmentFacts(s["file"], s["start"], s["messages"], s["end_offset"], s.get("first_store_timestamp", 0))
-        for s in commitlog["segments"]
+        SegmentFacts(s.file, s.start, s.messages, s.end_offset, s.first_store_timestamp) for s in commitlog.segments
     ]
     live = a.run.spark.sparkContext.parallelize([a.store], 1).map(read_checkpoint).collect()[0]
     a.checkpoint = Checkpoint(**live["checkpoint"]) if live["checkpoint"] else None
     a.abort = live["abort"]
-    cl_max = commitlog["max_offset"]
+    cl_max = commitlog.max_offset
     a.restart = restart_of(a.facts, a.findings, a.checkpoint, a.abort, a.cfg, cl_max, cq_max_physic_offset)
     a.restart_by_release = _restarts_if_they_differ(a, cl_max, cq_max_physic_offset)
     a.findings += check_commitlog(
@@ -253,7 +254,7 @@ def _finish(
             "restart": a.restart.to_dict() if a.restart else None,
             "restart_by_release": a.restart_by_release,
             "scope": a.scope.to_dict(),
-            "broker_rules": a.rebuild_report.get("broker_rules"),
+            "broker_rules": dataclasses.asdict(rules) if (rules := a.rebuild_report.broker_rules) else None,
             **_provenance(a),
         },
         "summary": summary,

@@ -39,7 +39,7 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
         for i in range(max(len(names), len(built)))
     ]
     if a.scope.base:
-        ends = {f["name"]: f["end_phy_offset"] for f in a.rebuild_report["index_files"]}
+        ends = {f.name: f.end_phy_offset for f in a.rebuild_report.index_files}
         covering = [p for p in pairs if p[2] is None or ends.get(p[2], a.scope.start) >= a.scope.start]
         a.scope.skip(len(pairs) - len(covering), f"index files with no entry at or after offset {a.scope.start}")
         pairs = covering
@@ -65,10 +65,10 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
 def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
     """Entries from the rebuilt commitlog's start (or the scope's), compared per range: one per rebuilt file and
     audited segment, so no range spans more than one rebuilt file and one segment."""
-    files = {f["name"]: f for f in a.rebuild_report["index_files"]}
-    starts = [files[n]["begin_phy_offset"] for n in rebuilt_names if files[n]["index_count"] > 1]
+    files = {f.name: f for f in a.rebuild_report.index_files}
+    starts = [files[n].begin_phy_offset for n in rebuilt_names if files[n].index_count > 1]
     starts += [s.start for s in a.segments]
-    from_offset = max(a.rebuild_report["commitlog"]["min_offset"], a.scope.start)
+    from_offset = max(a.rebuild_report.commitlog.min_offset, a.scope.start)
     return EntryScope(from_offset, index_range_bounds(starts))
 
 
@@ -92,14 +92,14 @@ def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) 
 def _range_tasks(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) -> list[dict[str, Any]]:
     """Per commitlog range with entries: the live files (readable) and rebuilt files holding some. A rebuilt
     file's entries are in commitlog order, so its header's begin and end offsets give its ranges."""
-    files = {f["name"]: f for f in a.rebuild_report["index_files"]}
+    files = {f.name: f for f in a.rebuild_report.index_files}
     tasks: dict[int, dict[str, Any]] = {}
     for r in rows:
         for k in r["ranges"] if r["live"] and r["header"] else []:
             tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r["live"])
         f = files.get(r["rebuilt"]) if r["rebuilt"] else None
-        if f and f["index_count"] > 1:
-            first, last = range_of(np.array([f["begin_phy_offset"], f["end_phy_offset"]]), entries.bounds).tolist()
+        if f and f.index_count > 1:
+            first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()
             for k in range(first, last + 1):
                 tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r["rebuilt"])
     return [tasks[k] for k in sorted(tasks)]

@@ -67,9 +67,9 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
     keys = sorted(set(live) | set(built))
     if a.scope.base:
         touched = {
-            (q["topic"], q["queue_id"])
-            for q in a.rebuild_report["consume_queues"]
-            if q.get("last_commitlog_offset", a.scope.start) >= a.scope.start
+            (q.topic, q.queue_id)
+            for q in a.rebuild_report.consume_queues
+            if q.last_commitlog_offset is None or q.last_commitlog_offset >= a.scope.start
         }
         a.scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
         keys = [k for k in keys if k in touched]
@@ -79,8 +79,7 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
     rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
     tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
     store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
-    cl = a.rebuild_report["commitlog"]
-    cl_min, cl_max = cl["min_offset"], cl["max_offset"]
+    cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
     results = (
         tasks.repartition(min(len(keys), 200))
         .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
@@ -105,7 +104,7 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
     if not keys:
         return []
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
-    cl = (a.rebuild_report["commitlog"]["min_offset"], a.rebuild_report["commitlog"]["max_offset"])
+    cl = (a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset)
     tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
     results = (
         a.run.spark.sparkContext.parallelize(tasks, min(len(tasks), 200))

@@ -67,7 +67,7 @@ def convert(run: Run, store: str, out: str) -> Converted:
         _copy(f"{work}/rebuilt", staging, REBUILT)
         publish(staging, out)
     messages = sum(s.messages for s in summaries.values())
-    return Converted(out, len(segments), messages, findings + [Finding.from_dict(f) for f in result.report["findings"]])
+    return Converted(out, len(segments), messages, findings + list(result.report.findings))
 
 
 def _copy(src: str, dst: str, names: tuple[str, ...]) -> None:

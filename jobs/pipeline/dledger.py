@@ -13,6 +13,7 @@ from storelib.constants import DLEDGER_INDEX_UNIT_SIZE
 from storelib.dledger import checkpoint_findings, index_plans, parse_checkpoint
 from storelib.findings import Finding, finding
 from storelib.layout import DLEDGER_CHECKPOINT, dledger_file
+from storelib.report import DLedgerIndexRecord
 from storelib.segments import Segment, SegmentSummary
 from udfs.dledger import index_auditor, index_builder
 from udfs.fs import join, read_file, resolve
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 
 def write_index(
     run: Run, segments: list[Segment], summaries: dict[str, SegmentSummary], scratch: str, staging: str
-) -> list[dict[str, Any]]:
+) -> list[DLedgerIndexRecord]:
     """``dledger-<selfId>/index/`` of every DLedger node into ``staging``, one task per index file; rebuild.json's
-    ``dledger_index_files`` (file, units)."""
+    ``dledger_index_files``."""
     ranges = [
         (s.dir, s.name, summaries[s.name].first_entry_index, summaries[s.name].last_entry_index)
         for s in segments
@@ -37,13 +38,13 @@ def write_index(
         return []
     build = index_builder(staging, scratch, plans)
     rows = numbered_tasks(run, len(plans)).mapInArrow(build, spark_schema(DLEDGER_INDEX_SCHEMA)).collect()
-    return sorted(({"file": r.file, "units": r.units} for r in rows), key=lambda r: r["file"])
+    return sorted((DLedgerIndexRecord(r.file, r.units) for r in rows), key=lambda r: r.file)
 
 
 def audit_dledger(a: Audit) -> None:
     """Findings and repairs into ``a``: each live index file against the rebuilt one, each node's checkpoint
     against its last entry."""
-    files = [f["file"] for f in a.rebuild_report.get("dledger_index_files", [])]
+    files = [f.file for f in a.rebuild_report.dledger_index_files]
     if files:
         compare = index_auditor(a.store, a.rebuilt, files)
         rows = numbered_tasks(a.run, len(files)).mapInArrow(compare, spark_schema(DLEDGER_INDEX_SCHEMA)).collect()

@@ -57,7 +57,7 @@ from storelib.layout import (
     deterministic_index_names,
     is_index_name,
 )
-from storelib.report import REBUILD_REPORT, build_rebuild_report
+from storelib.report import REBUILD_REPORT, IndexFileRecord, QueueRecord, RebuildReport, build_rebuild_report
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
@@ -87,7 +87,7 @@ from udfs.schema import (
     MESSAGE_SCHEMA,
     QUEUE_SUMMARY_SCHEMA,
 )
-from udfs.write import INDEX_HEADER_FIELDS, consume_queue_writer, index_file_writer, index_part_name
+from udfs.write import consume_queue_writer, index_file_writer, index_header, index_part_name
 
 ON_ERROR = ("stop", "skip-segment")
 #: a parse task takes consecutive segments up to this many bytes (a bigger segment is a task alone)
@@ -102,7 +102,7 @@ TAG_KEY_SAMPLE = 32
 
 @dataclasses.dataclass
 class RebuildResult:
-    report: dict[str, Any]  # also OUT/rebuild.json
+    report: RebuildReport  # also OUT/rebuild.json
     seconds: float
     out: str
     worker_peak_rss: int  # bytes: the largest Python worker seen by a parse task
@@ -313,8 +313,9 @@ def read_summaries(scratch: str, segments: list[Segment]) -> dict[str, SegmentSu
     return settle_torn_tail(segments, out)
 
 
-def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, Any]]:
-    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse).
+def write_consume_queues(run: Run, runs: Any, staging: str) -> tuple[list[QueueRecord], list[Finding]]:
+    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse):
+    the queues in (topic, queue id) order, and the writers' findings.
 
     Repartitioned by column, not to a count: spark.sql.shuffle.partitions writers, which adaptive execution
     merges by the bytes the parse produced (one writer task for a nearly empty store).
@@ -328,15 +329,21 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, An
             .sortWithinPartitions("topic", "queue_id", "queue_offset")
             .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
         )
-        rows = [r.asDict() for r in written.collect()]
+        rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
     finally:
         run.spark.conf.set(key, before) if before is not None else run.spark.conf.unset(key)
-    return sorted(rows, key=lambda q: (q["topic"], q["queue_id"]))
+    return [_queue_record(r) for r in rows], [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
+
+
+def _queue_record(row: Any) -> QueueRecord:
+    """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``)."""
+    fields = {k: v for k, v in row.asDict().items() if k != "findings"}
+    return QueueRecord(**{**fields, "files": tuple(row.files)})
 
 
 def write_index_files(
     run: Run, staging: str, scratch: str, segments: list[Segment], summaries: dict[str, SegmentSummary]
-) -> list[dict[str, Any]]:
+) -> list[IndexFileRecord]:
     """Every IndexFile built by its own task from the segments' scratch files, then named (see layout).
 
     A full last file followed by more messages gets the broker's empty successor file.
@@ -347,16 +354,16 @@ def write_index_files(
         return []
     counts = [(s.name, summaries[s.name].index_entries) for s in segments]
     plans = index_file_plans(counts, entries_per_file(cfg.maxIndexNum))
-    built = []
+    built: list[tuple[int, IndexHeader]] = []  # (first entry's store timestamp, header) by file number
     if plans:
         writer = index_file_writer(staging, scratch, cfg, plans)
         rows = numbered_tasks(run, len(plans)).mapInArrow(writer, spark_schema(INDEX_SUMMARY_SCHEMA)).collect()
-        built = sorted((r.asDict() for r in rows), key=lambda s: s["file_no"])
+        built = [(r.first_store_timestamp, index_header(r)) for r in sorted(rows, key=lambda r: r.file_no)]
     fs, root = resolve(staging)
     total = sum(n for _, n in counts)
-    last = built[-1] if built else {"end_phy_offset": -1, "end_timestamp": 0}
-    if needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last["end_phy_offset"]):
-        inherited = (last["end_phy_offset"], last["end_timestamp"]) if built else (0, 0)
+    last = built[-1][1] if built else IndexHeader(end_phy_offset=-1)
+    if needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last.end_phy_offset):
+        inherited = (last.end_phy_offset, last.end_timestamp) if built else (0, 0)
         header, head = build_index_file_head([], [], [], inherited, cfg)
         write_file(
             fs,
@@ -364,13 +371,11 @@ def write_index_files(
             head,
             index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum),
         )
-        built.append(
-            {"file_no": len(plans), "first_store_timestamp": header.end_timestamp, **dataclasses.asdict(header)}
-        )
-    for s, name in zip(built, deterministic_index_names([s["first_store_timestamp"] for s in built])):
-        fs.move(join(root, "index", index_part_name(s["file_no"])), join(root, "index", name))
-        s["name"] = name
-    return [{k: s[k] for k in ("name", *INDEX_HEADER_FIELDS)} for s in built]
+        built.append((header.end_timestamp, header))
+    names = deterministic_index_names([first for first, _ in built])
+    for file_no, name in enumerate(names):
+        fs.move(join(root, "index", index_part_name(file_no)), join(root, "index", name))
+    return [IndexFileRecord.of(name, header) for name, (_, header) in zip(names, built)]
 
 
 def judge(
@@ -455,23 +460,29 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         with parse_progress(run, segments), concurrent.futures.ThreadPoolExecutor(1) as pool:
             indexing = pool.submit(index_stage, run, store, staging, scratch, segments, findings, on_error, parsed)
             try:
-                queues = write_consume_queues(run, runs, staging)
+                queues, queue_findings = write_consume_queues(run, runs, staging)
             finally:
                 parsed.set()
         indexed = indexing.result()
         summaries, index_files = indexed.summaries, indexed.index_files
         dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:
-            queues = _without(run, runs, staging, indexed.skipped)
-        for q in queues:
-            findings += [Finding.from_dict(d) for d in json.loads(q.pop("findings"))]
+            queues, queue_findings = _without(run, runs, staging, indexed.skipped)
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
-        report = build_rebuild_report(run.cfg, segments, summaries, findings, queues, index_files, checkpoint)
-        report["broker_rules"] = run.broker_rules[store].to_dict()
-        report["dledger_index_files"] = dledger_index_files
+        report = build_rebuild_report(
+            run.cfg,
+            run.broker_rules[store],
+            segments,
+            summaries,
+            findings + queue_findings,
+            queues,
+            index_files,
+            dledger_index_files,
+            checkpoint,
+        )
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, CHECKPOINT), checkpoint.pack())
-        write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+        write_file(sfs, join(spath, REBUILD_REPORT), report.to_json().encode())
         publish(staging, out)
     peak = max((s.worker_peak_rss for s in summaries.values()), default=0)
     return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments, indexed.scanned)
@@ -483,7 +494,7 @@ class Indexed:
 
     scanned: dict[str, SegmentSummary]
     skipped: list[str]
-    index_files: list[dict[str, Any]]
+    index_files: list[IndexFileRecord]
 
     @property
     def summaries(self) -> dict[str, SegmentSummary]:
@@ -530,7 +541,7 @@ def wait_for_summaries(scratch: str, segments: list[Segment], parsed: threading.
         parsed.wait(SUMMARY_POLL)
 
 
-def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> list[dict[str, Any]]:
+def _without(run: Run, runs: Any, staging: str, skipped: list[str]) -> tuple[list[QueueRecord], list[Finding]]:
     """The ConsumeQueues written again without the skipped segments' runs (the rare damaged path)."""
     fs, root = resolve(staging)
     if fs.get_file_info(join(root, "consumequeue")).type == pafs.FileType.Directory:
@@ -545,7 +556,7 @@ def live_checkpoint(store: str) -> Checkpoint | None:
     return Checkpoint.unpack(data) if len(data) >= 40 else None
 
 
-def rebuilt_checkpoint(summaries: Any, index_files: list[dict[str, Any]]) -> Checkpoint:
+def rebuilt_checkpoint(summaries: Any, index_files: list[IndexFileRecord]) -> Checkpoint:
     """physicMsgTimestamp = the last message's store time, logicsMsgTimestamp = the last ConsumeQueue-dispatched
     message's, indexMsgTimestamp = the last IndexFile's endTimestamp (every rebuilt file is complete); the 5.x
     offsets are the live checkpoint's (``Checkpoint.with_5x_fields_of``)."""
@@ -553,5 +564,5 @@ def rebuilt_checkpoint(summaries: Any, index_files: list[dict[str, Any]]) -> Che
     return Checkpoint(
         physic_msg_timestamp=max((s.last_store_timestamp for s in summaries), default=0),
         logics_msg_timestamp=max((s.last_cq_store_timestamp for s in summaries), default=0),
-        index_msg_timestamp=index_files[-1]["end_timestamp"] if index_files else 0,
+        index_msg_timestamp=index_files[-1].end_timestamp if index_files else 0,
     )
