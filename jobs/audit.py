@@ -11,19 +11,21 @@ if __package__ in (None, ""):
     import _bootstrap  # noqa: F401
 
 import argparse
+import dataclasses
 import datetime as dt
 import glob
 import re
 import sys
 from typing import Any
 
-from jobs.audit_report import console_summary, write_reports
+from jobs.audit_report import console_summary
 from jobs.catalog import default_store_id
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
 from jobs.history import append_history, last_clean_run
-from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, AuditResult, audit
+from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
 from storelib import errors
 from storelib.errors import EXIT_CANNOT, CannotAudit, RmqStoreError
+from storelib.report import HistoryEntry, HistoryRecord
 
 # --- command line ---------------------------------------------------------------------------
 
@@ -122,7 +124,8 @@ def audit_fleet(args: argparse.Namespace) -> int:
                 from jobs.session import spark_session
 
                 spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf)[0]
-                codes[store_id] = _record(spark, args.history, store_id, started, None, one.report) or codes[store_id]
+                failed = HistoryRecord(started, dt.datetime.now(dt.UTC), EXIT_CANNOT)
+                codes[store_id] = _exit_code(_record(spark, args.history, store_id, failed), codes[store_id])
     counts = [sum(1 for c in codes.values() if c == code) for code in (0, 1, 2)]
     worst = max(codes.values())
     print(
@@ -137,23 +140,44 @@ def audit_store(args: argparse.Namespace) -> int:
     run_ = spark_run("rmqstore-audit", args, broker_config(args))
     spark = run_.spark
     store_id = args.store_id or default_store_id(args.store)
-    started, since, result = dt.datetime.now(dt.UTC), None, None
+    started, result = dt.datetime.now(dt.UTC), None
+    history: list[HistoryEntry] = []  # the run's rows in --history (appended before its report is written)
+
+    def record(row: HistoryRecord) -> HistoryEntry:
+        history.append(_record(spark, args.history, store_id, row))
+        return history[-1]
+
     try:
         since = _last_clean_run(spark, args.history, store_id) if args.since_last else None
-        result = audit(run_, args.store, args.rebuilt, args.report, args.index_sample, since, args.broker_config)
+        full = args.since_last and since is None
+        note = f"no clean run of store {store_id} in {args.history} yet: full audit" if full else ""
+        result = audit(
+            run_,
+            args.store,
+            args.rebuilt,
+            args.report,
+            args.index_sample,
+            since,
+            args.broker_config,
+            scope_note=note,
+            record=record if args.history else None,
+        )
     except (RmqStoreError, ValueError) as exc:
         print(f"rmqstore audit: cannot audit: {exc}", file=sys.stderr)
     except Exception as exc:  # a Spark task failed (e.g. a segment vanished): exit 2 drives the alert, not a trace
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"rmqstore audit: cannot audit: {type(exc).__name__}: {first}", file=sys.stderr)
-    if result is not None and args.since_last and since is None:
-        result.report["run"]["scope"]["note"] = f"no clean run of store {store_id} in {args.history} yet: full audit"
-    exit_code = result.exit_code if result is not None else EXIT_CANNOT
-    if args.history:
-        exit_code = _record(spark, args.history, store_id, started, result, args.report) or exit_code
+    if args.history and not history:  # it could not audit: its row says so (exit code 2)
+        record(HistoryRecord(started, dt.datetime.now(dt.UTC), EXIT_CANNOT))
+    exit_code = _exit_code(history[-1] if history else None, result.exit_code if result else EXIT_CANNOT)
     if result is not None:
         print(console_summary(result.report, args.report))
     return exit_code
+
+
+def _exit_code(history: HistoryEntry | None, audited: int) -> int:
+    """The audit's exit code, EXIT_CANNOT when its history rows could not be written."""
+    return EXIT_CANNOT if history is not None and history.error is not None else audited
 
 
 def _last_clean_run(spark: Any, table: str, store_id: str) -> dict[str, Any] | None:
@@ -163,40 +187,20 @@ def _last_clean_run(spark: Any, table: str, store_id: str) -> dict[str, Any] | N
         raise CannotAudit(f"cannot read the history table {table}: {exc}") from None
 
 
-def _record(
-    spark: Any, table: str, store_id: str, started: dt.datetime, result: AuditResult | None, report_dir: str
-) -> int | None:
-    """Append the run to the history table and name it in the report; EXIT_CANNOT when that fails, else None.
-
-    A run that could not audit (``result`` None) still gets its summary row, with exit code 2.
-    """
-    run: dict[str, Any] = {"store": store_id, "started_at": started, "exit_code": EXIT_CANNOT}
-    findings: list[dict[str, Any]] = []
-    if result is not None:
-        report, scope = result.report, result.report["run"]["scope"]
-        run.update(
-            started_at=dt.datetime.fromisoformat(report["run"]["started_at"]),
-            finished_at=dt.datetime.fromisoformat(report["run"]["finished_at"]),
-            exit_code=result.exit_code,
-            commitlog_max_offset=report["summary"].get("commitlog", {}).get("max_offset"),
-            segments_audited=scope["segments_audited"],
-            skipped=scope["skipped"],
-            base_run_id=scope["base_run_id"],
-        )
-        findings = report["findings"]
-    run.setdefault("finished_at", dt.datetime.now(dt.UTC))
+def _record(spark: Any, table: str, store_id: str, row: HistoryRecord) -> HistoryEntry:
+    """Append the run to the history table: where it went, or why it could not."""
+    run = {
+        "store": store_id,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(row).items() if k != "findings"},
+    }
     try:
-        version = append_history(spark, table, run, findings)
-        history: dict[str, Any] = {"table": table, "run_id": run["run_id"], "version": version}
+        version = append_history(spark, table, run, [f.to_dict() for f in row.findings])
         print(f"history: run {run['run_id']} appended to {table} (version {version})")
+        return HistoryEntry(table, run["run_id"], version=version)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        history = {"table": table, "run_id": run.get("run_id"), "error": first}
         print(f"rmqstore audit: could not write the history table {table}: {first}", file=sys.stderr)
-    if result is not None:
-        result.report["run"]["history"] = history
-        write_reports(report_dir, result.report)
-    return EXIT_CANNOT if "error" in history else None
+        return HistoryEntry(table, run.get("run_id"), error=first)
 
 
 if __name__ == "__main__":

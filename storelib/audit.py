@@ -1088,20 +1088,25 @@ class Scope:
             when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
             self.skipped.append(f"{count} {what} unchanged since run {self.base['run_id']} at {when}")
 
+    @property
+    def base_run_id(self) -> str | None:
+        return str(self.base["run_id"]) if self.base else None
+
     def to_dict(self) -> dict[str, object]:
         """report.json's ``run.scope``."""
         return {
             "from_offset": self.start,
             "segments_audited": self.segments,
-            "base_run_id": self.base["run_id"] if self.base else None,
+            "base_run_id": self.base_run_id,
             "skipped": self.skipped,
             "note": self.note,
         }
 
 
-def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None) -> Scope:
-    """The whole commitlog; with ``since`` (a clean run's summary), the segments from the one holding its max offset."""
-    full = Scope(0, [s.name for s in segments])
+def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None, note: str = "") -> Scope:
+    """The whole commitlog (``note`` says why); with ``since`` (a clean run's summary), the segments from the one
+    holding its max offset."""
+    full = Scope(0, [s.name for s in segments], note=note)
     if since is None:
         return full
     base_max = since.get("commitlog_max_offset")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -213,6 +214,38 @@ def build_rebuild_report(
 
 def _rebuild_order(f: Finding) -> tuple[Any, ...]:
     return (f.file, f.commitlog_offset or -1, f.queue_offset or -1, f.kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryRecord:
+    """What the history table keeps of an audit run (its summary row and findings); a run that could not audit
+    has its times and exit code only."""
+
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    exit_code: int
+    commitlog_max_offset: int | None = None
+    segments_audited: tuple[str, ...] | None = None
+    skipped: tuple[str, ...] | None = None
+    base_run_id: str | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryEntry:
+    """report.json's ``run.history``: the run's rows in the history table (its Delta version), or why they could
+    not be written."""
+
+    table: str
+    run_id: str | None
+    version: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """``table`` and ``run_id``, then ``version`` or ``error``."""
+        return {"table": self.table, "run_id": self.run_id} | (
+            {"error": self.error} if self.error is not None else {"version": self.version}
+        )
 
 
 def audit_summary(findings: list[Finding], exit_code: int, counts: dict[str, Any]) -> dict[str, Any]:

@@ -3,14 +3,11 @@ between nightly audits (clean/ without its last 3 segments, indexed by a rebuild
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 from pathlib import Path
 
-from jobs.audit import _record
 from jobs.history import SUMMARY, read_history, run_version
-from jobs.pipeline.audit import AuditResult
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, run_cli
 
@@ -131,12 +128,9 @@ def test_a_run_that_cannot_audit_is_recorded_and_a_history_write_failure_is_exit
         raise OSError("disk full")
 
     monkeypatch.setattr("jobs.audit.append_history", fail)
-    times = {"started_at": "2026-11-22T01:00:00+00:00", "finished_at": "2026-11-22T01:00:09+00:00", "seconds": 9}
-    report = {"run": {"store": "s", "rebuilt": "r", "segments": [], **times}}
-    report["run"]["scope"] = {"segments_audited": ["00000000000000000000"], "skipped": [], "base_run_id": None}
-    report.update(summary={"exit_code": 0, "error": 0, "warning": 0, "info": 0}, findings=[], queues=[], repairs=[])
-    result = AuditResult([], report["summary"], 0, {**report, "index_files": []}, [])
-    table = str(tmp_path / "tbl")
-    assert _record(spark, table, "broker-a", dt.datetime.now(dt.UTC), result, str(tmp_path / "r2")) == 2
-    assert json.loads((tmp_path / "r2" / "report.json").read_text())["run"]["history"]["error"] == "disk full"
+    table = tmp_path / "tbl"
+    code, report = audit(CLEAN, table, tmp_path / "r2")  # a clean audit, written once with where its row went
+    assert (code, report["summary"]["exit_code"]) == (2, 0)
+    assert report["run"]["history"] == {"table": str(table), "run_id": None, "error": "disk full"}
+    assert report["run"]["scope"]["note"] == f"no clean run of store broker-a in {table} yet: full audit"
     assert f"could not write the history table {table}: disk full" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Callable
 from typing import Any
 
 from jobs.pipeline.audit_index import audit_index
@@ -35,7 +36,15 @@ from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
 from storelib.plan import recover_plan
-from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, RebuildReport, audit_summary, sorted_findings
+from storelib.report import (
+    AUDIT_FORMAT,
+    REBUILD_REPORT,
+    HistoryEntry,
+    HistoryRecord,
+    RebuildReport,
+    audit_summary,
+    sorted_findings,
+)
 from storelib.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
@@ -57,6 +66,11 @@ class AuditResult:
     repairs: list[dict[str, Any]]  # what ``rmqstore recover`` would change, file by file
 
 
+#: the verb's history table: given what it keeps of the finished run, appends it, says where (report.json's
+#: ``run.history``) before the report is written
+Recorder = Callable[[HistoryRecord], HistoryEntry]
+
+
 @dataclasses.dataclass
 class Audit:
     """One audit run's state, handed from stage to stage."""
@@ -72,6 +86,7 @@ class Audit:
     t0: float
     broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
     rebuilt_temporary: bool = False  # rebuilt into the work directory, removed when the audit ends
+    record: Recorder | None = None  # --history
     findings: list[Finding] = dataclasses.field(default_factory=list)
     repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     facts: list[SegmentFacts] = dataclasses.field(default_factory=list)
@@ -99,11 +114,14 @@ def audit(
     index_sample: int = DEFAULT_INDEX_SAMPLE,
     since: dict[str, Any] | None = None,
     broker_config: str | None = None,
+    scope_note: str = "",
+    record: Recorder | None = None,
 ) -> AuditResult:
     """Audit ``store`` against ``rebuilt`` (rebuilding into the work directory when None); write the report.
 
     ``since``: the summary of the store's last clean run (jobs.history.last_clean_run); only the tail after it
-    is audited (storelib.audit.audit_scope). ``broker_config``: the settings' file, named in the report.
+    is audited (storelib.audit.audit_scope), ``scope_note`` says why a full audit when there is none.
+    ``broker_config``: the settings' file, named in the report. ``record``: the run into the history table.
     """
     t0 = time.monotonic()
     for option, uri in (("--report", report_dir), ("--work-dir", run.work_root)):
@@ -115,7 +133,7 @@ def audit(
     if given is not None:
         run.cfg = dataclasses.replace(run.cfg, brokerVersion=rebuilt_release(given, run.cfg.brokerVersion))
     store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
-    scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since)
+    scope = audit_scope(segments, run.cfg.mappedFileSizeCommitLog, since, scope_note)
     audited = [s for s in segments if s.start >= scope.start]
     temporary = rebuilt is None
     with run.work_dir(report_dir or store) as work:
@@ -131,7 +149,7 @@ def audit(
             _check_same_rules(settle_rules(run, store, summaries.values()), given)
         rebuild_report = given if given is not None else _rebuild_report(rebuilt)
         a = Audit(run, store, rebuilt, report_dir, index_sample, scope, rebuild_report, before["at"], t0)
-        a.broker_config, a.rebuilt_temporary = broker_config, temporary
+        a.broker_config, a.rebuilt_temporary, a.record = broker_config, temporary, record
         return _audit(a, audited, listing, summaries, before)
 
 
@@ -242,13 +260,15 @@ def _finish(
 
     findings = sorted_findings(a.findings)
     summary = audit_summary(findings, code, counts)
+    finished = dt.datetime.now(dt.UTC)
+    history = a.record(_history_record(a, findings, summary, finished)) if a.record else None
     report = {
         "format": AUDIT_FORMAT,
         "run": {
             "store": a.store,
             "rebuilt": a.rebuilt,
             "started_at": a.started.isoformat(),
-            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "finished_at": finished.isoformat(),
             "seconds": round(time.monotonic() - a.t0, 3),
             "segments": [dataclasses.asdict(s) for s in a.facts],
             "restart": a.restart.to_dict() if a.restart else None,
@@ -256,6 +276,7 @@ def _finish(
             "scope": a.scope.to_dict(),
             "broker_rules": dataclasses.asdict(rules) if (rules := a.rebuild_report.broker_rules) else None,
             **_provenance(a),
+            **({"history": history.to_json()} if history else {}),
         },
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
@@ -269,6 +290,20 @@ def _finish(
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
     return AuditResult(findings, summary, code, report, a.repairs)
+
+
+def _history_record(a: Audit, findings: list[Finding], summary: dict[str, Any], finished: dt.datetime) -> HistoryRecord:
+    """What the history table keeps of this run."""
+    return HistoryRecord(
+        a.started,
+        finished,
+        summary["exit_code"],
+        summary.get("commitlog", {}).get("max_offset"),
+        tuple(a.scope.segments),
+        tuple(a.scope.skipped),
+        a.scope.base_run_id,
+        tuple(findings),
+    )
 
 
 def _provenance(a: Audit) -> dict[str, Any]:
