@@ -65,7 +65,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: base
-	$(PY) -m jobs.bench --dir $(BENCH_DIR) $(BENCH_ARGS)
+	$(PY) -m bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
 # One package to ship to a cluster (jobs/dist.py): the wheel, the executors' Python environment packed with venv-pack,
 # the jars, and the spark-submit lines for YARN and Kubernetes. DIST_PYTHON: the Python the nodes run (3.11+).
