@@ -75,6 +75,7 @@ def measured(broker_big: float, ours_big: float, ours_empty: float, bare: float)
         broker=([broker_big + 1, broker_big], [0.3, 0.4]),
         ours=([ours_big, ours_big + 2], [ours_empty, ours_empty + 1]),
         bare=[bare + 0.5, bare],
+        session=[bare / 2, bare / 2 + 1],
         differing=([], ["index/20261124232552949"]),
     )
 
@@ -95,6 +96,7 @@ def test_the_table_shows_times_rates_targets_and_differences() -> None:
     assert f"nearly empty {ratios(good)['empty_vs_bare']:.2f}x bare (<= {TARGETS['empty_vs_bare']}: meets)" in text
     assert f"{marginal_rate(good.messages, (9.0, 4.0)):,.0f}" in text
     assert "9.00 s (9.00–11.00)" in text
+    assert f"nearly empty {4.0 / 4.0:.2f}x it" in text
     assert "big store, consumequeue/ and index/ of both rebuilds: byte-equal" in text
     assert "DIFFER: index/20261124232552949" in text
     assert table(bad, "5.5.0", 723).count("misses") == 3
