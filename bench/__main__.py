@@ -80,15 +80,15 @@ def main() -> int:
     root = Path(args.dir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}", flush=True)
-    measured = None if args.no_broker else broker_comparison(root, args.master, args.repeat)
+    if not args.no_broker:
+        measured = broker_comparison(root, args.master, args.repeat)
+        print(f"\n{table(measured, broker.VERSION, broker.RECORD_SIZE)}\nmachine now: {machine()}\n", flush=True)
     chosen = [s for s in args.stores.split(",") if s]
     if chosen:
         kernel = kernel_times()
         print(f"kernel: cold compile {kernel['cold_compile_s']:.1f} s, warm load {kernel['warm_load_s']:.2f} s")
         bare = min(python(BARE_SPARK)[0] for _ in range(args.repeat))
         print_table(generated_rows(root, chosen, args.master, args.repeat), bare)
-    if measured is not None:
-        print(f"\n{table(measured, broker.VERSION, broker.RECORD_SIZE)}\nmachine at the end: {machine()}")
     return 0
 
 
