@@ -190,8 +190,9 @@ def broker_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java and Served.java compiled against this version's client jars (once per source hash)."""
-    sources = [HERE / "Workload.java", HERE / "Served.java"]
+    """Workload.java, Served.java and Bench.java (make bench's sends) compiled against this version's client jars
+    (once per source hash)."""
+    sources = [HERE / "Workload.java", HERE / "Served.java", HERE / "Bench.java"]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -290,15 +291,16 @@ class Running:
     broker: subprocess.Popen
 
     def workload(self, mode: str, *args: str) -> list[str]:
-        """The command line of Workload.java's `mode` (or of Served.java: mode "served") against this broker."""
+        """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench") against
+        this broker."""
         cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        main = ["Served"] if mode == "served" else ["Workload", mode]
+        main = {"served": ["Served"], "bench": ["Bench"]}.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
-        """Workload.java's `mode` (Served.java for "served") to its end, at most `timeout` s; its output goes to
-        logs/<mode>.out."""
+        """Workload.java's `mode` (Served.java for "served", Bench.java for "bench") to its end, at most `timeout` s;
+        its output goes to logs/<mode>.out."""
         proc = start(self.workload(mode, *args), self.run_dir / "logs" / f"{mode}.out", self.run_dir)
         try:
             proc.wait(timeout=timeout)
