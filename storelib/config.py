@@ -60,6 +60,11 @@ class BrokerConfig:
     brokerVersion: str = ""
     #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
     batchCQTopics: tuple[str, ...] = ()
+    #: BatchCQ topics of a RocksDB store's config/topics/ read by a broker with storeType=default (rolled back): it
+    #: reads topics.json only, so their records go to plain ConsumeQueues, where ``putMessagePositionInfo`` (4.9.7,
+    #: 5.3.3, 5.5.0) appends each unit at the queue's write position ("[BUG]logic queue order maybe wrong" when the
+    #: record's queue offset, advanced by INNER_NUM, is past it): unit n of such a queue is its n-th record
+    appendedTopics: tuple[str, ...] = ()
 
     @property
     def rules(self) -> RuleSet:
@@ -156,7 +161,7 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
 
 
 #: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
-_FROM_STORE = ("batchCQTopics",)
+_FROM_STORE = ("batchCQTopics", "appendedTopics")
 
 
 def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:

@@ -88,6 +88,10 @@ KINDS: dict[str, Kind] = {
     "cq-empty-queue": Kind(
         "warning", "a live queue directory without a single entry, of a queue with no message in the commitlog"
     ),
+    "rolled-back-rocksdb-cq": Kind(
+        "warning",
+        "a RocksDB ConsumeQueue the broker does not read (storeType=default): its file ConsumeQueues are rebuilt",
+    ),
     "cq-stale-bytes": Kind("info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"),
     "hostile-topic-name": Kind(
         "error", "a record's topic is not a legal RocketMQ name: its queue is never written as a path", False, True
