@@ -52,7 +52,7 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
     if dirs and not a.cfg.rocksdb_consume_queue:
-        a.findings.append(rolled_back(dirs[0], a.cfg.appendedTopics))
+        a.findings.append(rolled_back(dirs[0], a.cfg.appended_topics))
         return _audit_queues(a, a.store, None)
     if not dirs:
         return _audit_queues(a, a.store, None)

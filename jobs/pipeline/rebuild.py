@@ -147,7 +147,7 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
     holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
-    a broker in file mode reads topics.json only: rolled back, those are ``appendedTopics``). Rules:
+    a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
     ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
     """
     fs, root = resolve(store)
@@ -159,17 +159,17 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
     topics_db = join(root, "config", "topics")
-    appended: set[str] = set()
-    if fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
-        if store_type == "defaultRocksDB":
-            topics |= set(rocksdb_batch_cq_topics(topics_db))
-        elif rocksdb:
-            appended = set(rocksdb_batch_cq_topics(topics_db)) - topics
+    rocksdb_topics: tuple[str, ...] = ()
+    if (rocksdb or store_type == "defaultRocksDB") and fs.get_file_info(
+        join(topics_db, "CURRENT")
+    ).type == pafs.FileType.File:
+        rocksdb_topics = rocksdb_batch_cq_topics(topics_db)
+        topics |= set(rocksdb_topics) if store_type == "defaultRocksDB" else set()
     dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
     cfg = dataclasses.replace(
         cfg,
         batchCQTopics=tuple(sorted(topics)),
-        appendedTopics=tuple(sorted(appended)),
+        rocksdbBatchCQTopics=rocksdb_topics,
         storeType=store_type,
         enableDLegerCommitLog=dledger,
     )
@@ -331,7 +331,7 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, An
     run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
     try:
         written = (
-            appended_at_write_position(runs, run.cfg.appendedTopics)
+            appended_at_write_position(runs, run.cfg.appended_topics)
             .repartition("topic", "queue_id")
             .sortWithinPartitions("topic", "queue_id", "queue_offset")
             .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
@@ -343,9 +343,9 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, An
 
 
 def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
-    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics`` (BrokerConfig.appendedTopics):
-    the queue's first unit stays at its record's queue offset, every later run follows the one before (a run is
-    consecutive units, whose records' queue offsets strictly increase)."""
+    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
+    (BrokerConfig.appended_topics): the queue's first unit stays at its record's queue offset, every later run
+    follows the one before (a run is consecutive units, whose records' queue offsets strictly increase)."""
     if not topics:
         return runs
     queue = Window.partitionBy("topic", "queue_id")
