@@ -52,7 +52,7 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
     if dirs and not a.cfg.rocksdb_consume_queue:
-        a.findings.append(rolled_back(dirs[0], a.cfg.appended_topics))
+        a.findings.append(rolled_back(dirs[0], a.cfg))
         return _audit_queues(a, a.store, None)
     if not dirs:
         return _audit_queues(a, a.store, None)
@@ -181,14 +181,21 @@ def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
     return out
 
 
-def rolled_back(rocksdb_dir: str, appended: tuple[str, ...]) -> Finding:
-    """A RocksDB ConsumeQueue in a store whose broker runs with storeType=default: what it no longer serves."""
+def rolled_back(rocksdb_dir: str, cfg: BrokerConfig) -> Finding:
+    """A RocksDB ConsumeQueue in a store whose broker runs with storeType=default: what that broker serves instead."""
     message = "a RocksDB ConsumeQueue the broker does not read with storeType=default; the file ConsumeQueues are"
     message += " rebuilt from the commitlog"
+    appended = cfg.appended_topics
+    kept = [t for t in cfg.rocksdbBatchCQTopics if t not in appended]
+    if kept:
+        message += (
+            f"; {', '.join(kept)}: every batch served from the first, where the RocksDB broker served from its last"
+            " (its min-offset search skips the INNER_NUM-stepped queue offsets)"
+        )
     if appended:
         message += (
-            f": {', '.join(appended)} (BatchCQ in the RocksDB's config/topics, not in topics.json) become plain queues"
-            " served at dense offsets, one per record, not the RocksDB's queue offsets"
+            f"; {', '.join(appended)}: not BatchCQ in config/topics.json (mqadmin rocksDBConfigToJson exports it), so"
+            " plain queues served at dense offsets, one per record, not the RocksDB's queue offsets"
         )
     return finding("rolled-back-rocksdb-cq", rocksdb_dir, message)
 
