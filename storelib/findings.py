@@ -88,7 +88,7 @@ KINDS: dict[str, Kind] = {
     "cq-empty-queue": Kind(
         "warning", "a live queue directory without a single entry, of a queue with no message in the commitlog"
     ),
-    "rolled-back-rocksdb-cq": Kind(
+    "cq-rolled-back-rocksdb": Kind(
         "warning",
         "a RocksDB ConsumeQueue the broker does not read (storeType=default): its file ConsumeQueues are rebuilt",
     ),

@@ -47,7 +47,7 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
     task (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store. Under
     ``storeType=default`` (rolled back) a RocksDB is not what the broker reads: its file queues are audited, and
-    ``rolled-back-rocksdb-cq`` says so.
+    ``cq-rolled-back-rocksdb`` says so.
     """
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
@@ -197,7 +197,7 @@ def rolled_back(rocksdb_dir: str, cfg: BrokerConfig) -> Finding:
             f"; {', '.join(appended)}: not BatchCQ in config/topics.json (mqadmin rocksDBConfigToJson exports it), so"
             " plain queues served at dense offsets, one per record, not the RocksDB's queue offsets"
         )
-    return finding("rolled-back-rocksdb-cq", rocksdb_dir, message)
+    return finding("cq-rolled-back-rocksdb", rocksdb_dir, message)
 
 
 def _rocksdb_file(f: Finding) -> bool:
