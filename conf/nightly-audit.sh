@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# One store's nightly audit on a cluster: audit what changed since the last clean run, append the findings
-# and a summary row to the Delta history table, write the HTML/JSON report, alert when the exit code says so.
+# The nightly audit of a fleet of stores in one Spark application (one start-up for all): for each store, audit what
+# changed since its last clean run, append the findings and a summary row to the Delta history table, write its
+# HTML/JSON report; alert when the worst exit code says so. A store that cannot be audited does not stop the others.
 #
-#   conf/nightly-audit.sh STORE_ID STORE_URI        (see conf/nightly.cron)
+#   conf/nightly-audit.sh STORES                  STORES: ID=URI entries, comma-separated (see conf/nightly.cron)
+#   conf/nightly-audit.sh STORE_ID STORE_URI      one store: the same as STORE_ID=STORE_URI
+#
+# Each store's report goes to $REPORTS/<date>/<store id>/. The stores of one run share BROKER_CONFIG: brokers
+# with other settings get their own cron line.
 #
 # Environment (defaults in brackets):
 #   BROKER_CONFIG []: the broker's broker.conf (segment, ConsumeQueue and IndexFile sizes); empty: RocketMQ's defaults
@@ -20,8 +25,9 @@
 # conditional writes on S3 lose no commit; no DynamoDB lock table is needed. Never write it with delta-spark.
 set -euo pipefail
 
-STORE_ID=${1:?usage: nightly-audit.sh STORE_ID STORE_URI}
-STORE_URI=${2:?usage: nightly-audit.sh STORE_ID STORE_URI}
+USAGE="usage: nightly-audit.sh ID=URI[,ID=URI...] | nightly-audit.sh STORE_ID STORE_URI"
+STORES=${1:?$USAGE}
+if [[ $# -eq 2 ]]; then STORES="$1=$2"; elif [[ $# -ne 1 ]]; then echo "$USAGE" >&2; exit 2; fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SPARK_MASTER=${SPARK_MASTER:-yarn}
 HISTORY=${HISTORY:-s3a://rmq-audit/history}
@@ -30,7 +36,7 @@ INDEX_MB=${INDEX_MB:-420}
 EXECUTORS=${EXECUTORS:-4}
 ALERT_CMD=${ALERT_CMD:-logger -t rmqstore}
 DELTA_PACKAGE=${DELTA_PACKAGE-io.delta:delta-spark_2.13:4.0.1}
-REPORT="$REPORTS/$STORE_ID/$(date -u +%Y-%m-%dT%H%M%SZ)"
+REPORT="$REPORTS/$(date -u +%Y-%m-%dT%H%M%SZ)"
 
 # Memory per segment size: a task streams its commitlog segment in 8 MiB chunks and hands rows on in Arrow
 # batches, so cluster.conf's 2g JVM per executor holds for any mapedFileSizeCommitLog (256 MiB and 1 GiB
@@ -61,7 +67,7 @@ done
 set +e
 spark-submit \
   --master "$SPARK_MASTER" --deploy-mode client \
-  --name "rmqstore-audit-$STORE_ID" \
+  --name "rmqstore-nightly-audit" \
   --properties-file "$ROOT/conf/cluster.conf" \
   --num-executors "$EXECUTORS" \
   --conf spark.executor.memoryOverhead=$((PYSPARK_MB + 512))m \
@@ -69,15 +75,15 @@ spark-submit \
   --conf spark.sql.shuffle.partitions=$((EXECUTORS * 2 * 4)) \
   "${py_opts[@]}" "${delta_opts[@]}" \
   "$ROOT/jobs/audit.py" \
-  --store "$STORE_URI" --store-id "$STORE_ID" ${BROKER_CONFIG:+--broker-config "$BROKER_CONFIG"} \
+  --stores "$STORES" ${BROKER_CONFIG:+--broker-config "$BROKER_CONFIG"} \
   --history "$HISTORY" --since-last \
   --report "$REPORT"
 code=$?
 set -e
 
 case $code in
-  0) echo "rmqstore audit $STORE_ID: clean (report $REPORT)" ;;
-  1) $ALERT_CMD "rmqstore audit $STORE_ID: findings, see $REPORT/report.html" ;;
-  *) $ALERT_CMD "rmqstore audit $STORE_ID: could not audit (exit $code), see the job log" ;;
+  0) echo "rmqstore nightly audit: every store clean (reports in $REPORT)" ;;
+  1) $ALERT_CMD "rmqstore nightly audit: findings, see $REPORT/<store id>/report.html" ;;
+  *) $ALERT_CMD "rmqstore nightly audit: a store could not be audited (exit $code), see the job log" ;;
 esac
 exit $code

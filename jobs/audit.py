@@ -13,6 +13,7 @@ if __package__ in (None, ""):
 import argparse
 import datetime as dt
 import glob
+import re
 import sys
 from typing import Any
 
@@ -33,8 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--stores",
         metavar="LIST|GLOB",
-        help="many stores in one Spark application: comma-separated roots or a quoted glob ('/data/*/store'); "
-        "each gets its report in --report/<store id> and its own history row; the exit code is the worst",
+        help="many stores in one Spark application: comma-separated roots, quoted globs ('/data/*/store') or "
+        "ID=ROOT entries (broker-a=s3a://backups/broker-a/store); each gets its report in --report/<store id> and "
+        "its own history row; the exit code is the worst",
     )
     p.add_argument(
         "--rebuilt", metavar="OUT", help="a rebuild of this store (rmqstore rebuild --out); default: rebuild now"
@@ -78,12 +80,23 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def expand_stores(spec: str) -> list[str]:
-    """``--stores``: comma-separated roots, each a local glob or a URI, in order, each store once."""
-    stores: list[str] = []
+_NAMED = re.compile(r"([A-Za-z0-9._-]+)=(.+)")
+
+
+def expand_stores(spec: str) -> dict[str, str]:
+    """``--stores``: comma-separated entries, each ``ID=ROOT`` (a store id as the single-store ``--store-id``
+    names it) or a root, a local glob or a URI, whose id is derived from its path; store id -> root, in order,
+    each store once."""
+    stores: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
+        named = _NAMED.fullmatch(item)
+        if named:
+            stores.setdefault(named[1], named[2])
+            continue
         matches = sorted(glob.glob(item)) if glob.has_magic(item) and "://" not in item else [item]
-        stores += [m for m in matches if m not in stores]
+        for root in matches:
+            if root not in stores.values():
+                stores.setdefault(default_store_id(root), root)
     return stores
 
 
@@ -95,22 +108,21 @@ def audit_fleet(args: argparse.Namespace) -> int:
         print(f"rmqstore audit: --stores {args.stores!r} names no store", file=sys.stderr)
         return EXIT_CANNOT
     codes: dict[str, int] = {}
-    for store in stores:
-        store_id = default_store_id(store)
+    for store_id, store in stores.items():
         print(f"== audit {len(codes) + 1}/{len(stores)}: {store} (store id {store_id})", flush=True)
         one = argparse.Namespace(**{**vars(args), "store": store, "store_id": store_id})
         one.report = f"{args.report.rstrip('/')}/{store_id}"
         started = dt.datetime.now(dt.UTC)
         try:
-            codes[store] = audit_store(one)
+            codes[store_id] = audit_store(one)
         except (RmqStoreError, OSError) as exc:  # this store's settings or files: the next store still runs
             print(f"rmqstore audit: {store}: cannot audit: {exc}", file=sys.stderr)
-            codes[store] = errors.exit_code(exc)
+            codes[store_id] = errors.exit_code(exc)
             if args.history:  # its row says so (exit code 2), as a run that could not audit
                 from jobs.session import spark_session
 
                 spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf)[0]
-                codes[store] = _record(spark, args.history, store_id, started, None, one.report) or codes[store]
+                codes[store_id] = _record(spark, args.history, store_id, started, None, one.report) or codes[store_id]
     counts = [sum(1 for c in codes.values() if c == code) for code in (0, 1, 2)]
     worst = max(codes.values())
     print(

@@ -135,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return module.run(args)
     except (RmqStoreError, OSError) as exc:
-        print(f"rmqstore {args.verb}: error: {exc}", file=sys.stderr)
-        if isinstance(exc, AmbiguousRelease):
-            print(release_commands(argv, exc.choices), file=sys.stderr)
-        return exit_code(exc)
+        return failed(args.verb, argv, exc)
     except Exception as exc:  # a Spark job failed: one line naming it, never a traceback
         first = next(iter(str(exc).strip().splitlines()), "")
         print(f"rmqstore {args.verb}: error: {type(exc).__name__}: {first}", file=sys.stderr)
@@ -150,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         _depth -= 1
         if _depth == 0:
             _stop_spark()
+
+
+def failed(verb: str, argv: list[str], exc: RmqStoreError | OSError) -> int:
+    """Say why a verb could not finish (one line, never a traceback); its exit code (storelib.errors)."""
+    print(f"rmqstore {verb}: error: {exc}", file=sys.stderr)
+    if isinstance(exc, AmbiguousRelease):
+        print(release_commands(argv, exc.choices), file=sys.stderr)
+    return exit_code(exc)
 
 
 def release_commands(argv: list[str], choices: list[str]) -> str:

@@ -27,6 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.generate import BROKER_VERSION
 
 BROKEN_BY = ("Audit-Log", ("Billing_v1", 0))  # the topic whose consumequeue/ is lost; the queue zeroed
@@ -73,7 +74,7 @@ class Demo:
         """Say that a step failed, with the end of its output and its log; the demo's exit code."""
         print(f"rmqstore demo: {step} failed (exit {code}); the end of {self.logs / step}.log:")
         print("\n".join(f"  {line}" for line in lines[-15:]))
-        return code or 1
+        return code or EXIT_FINDINGS
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,20 +87,20 @@ def run(args: argparse.Namespace) -> int:
         if code:
             return code
     print_outputs(d)
-    return 0
+    return EXIT_OK
 
 
 def demo_store(d: Demo) -> int:
     if (d.store / "commitlog").is_dir():
         print(f"== the demo store (RocketMQ {BROKER_VERSION} format): reusing {d.store}")
-        return 0
+        return EXIT_OK
     print(f"== the demo store (RocketMQ {BROKER_VERSION} format): generating it once in {d.store}")
     argv = ["generate", "--preset", "demo", "--out", str(d.store), "--write-broker-config", str(d.conf)]
     code, lines = d.verb("generate", [*argv, "--broker-version", BROKER_VERSION])
     if code:
         return d.failed("generate", code, lines)
     print(f"  {lines[-1]}")
-    return 0
+    return EXIT_OK
 
 
 def break_copy(d: Demo) -> None:
@@ -123,7 +124,7 @@ def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = 
     """``rmqstore audit``, its summary line printed: (exit code, report.json), None when it could not audit."""
     argv = ["audit", "--store", str(store), "--report", str(report), *d.options()]
     code, lines = d.verb(step, [*argv, *(["--rebuilt", str(rebuilt)] if rebuilt else [])])
-    if code not in (0, 1) or not (report / "report.json").is_file():
+    if code not in (EXIT_OK, EXIT_FINDINGS) or not (report / "report.json").is_file():
         return d.failed(step, code, lines), None
     print(f"  {next(line for line in reversed(lines) if line.startswith('audit: '))}")
     return code, json.loads((report / "report.json").read_text())
@@ -153,7 +154,7 @@ def rescue(d: Demo) -> int:
         return code
     (backup,) = d.rescue.glob("store-rmqstore-backup-*")
     print(f"  undo the rescue: rmqstore recover --store {d.broken} --undo {backup}")
-    return 0
+    return EXIT_OK
 
 
 def healthy(d: Demo) -> int:

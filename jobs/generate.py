@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jobs.cli import add_broker_config, broker_config
 from storelib.config import BrokerConfig, broker_config_from_properties
-from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, ConfigError
+from storelib.errors import EXIT_OK, BadInput, ConfigError, Refused
 from storelib.generate import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
 from storelib.versions import rules_for
 
@@ -150,6 +150,7 @@ GENERATED_RULES = "4.9"
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write the store; BadInput for settings that cannot be used, Refused for a non-empty ``--out``."""
     out = Path(args.out)
     preset = PRESETS[args.preset]
     cfg = broker_config(args) if args.broker_config else broker_config_from_properties(preset.broker)
@@ -158,21 +159,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
     except ValueError as exc:
-        print(f"rmqstore generate: error: {exc}", file=sys.stderr)
-        return EXIT_CANNOT
+        raise BadInput(str(exc)) from None
     if out.exists() and not out.is_dir():
-        print(f"rmqstore generate: error: {out} is not a directory", file=sys.stderr)
-        return EXIT_CANNOT
+        raise BadInput(f"{out} is not a directory")
     if out.exists() and any(out.iterdir()):
         if not args.force:
-            print(f"rmqstore generate: {out} is not empty (use --force to replace a store there)", file=sys.stderr)
-            return EXIT_FINDINGS
+            raise Refused(f"{out} is not empty (use --force to replace a store there)")
         _remove_store(out)
     try:
         summary = generate_store(out, spec, cfg, progress=_progress(time.monotonic()))
     except ValueError as exc:
-        print(f"rmqstore generate: error: {exc}", file=sys.stderr)
-        return EXIT_CANNOT
+        raise BadInput(str(exc)) from None
     if summary.deleted_segments < spec.deleted_head_segments:
         print(
             f"rmqstore generate: note: only {summary.deleted_segments} of {spec.deleted_head_segments} head segments "

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from jobs.delta import append_rows, read_delta, table_exists, table_history
+from storelib.errors import EXIT_OK
 from storelib.findings import Finding
 
 FINDING, SUMMARY = "finding", "summary"
@@ -116,7 +117,7 @@ def last_clean_run(spark: SparkSession, table: str, store: str) -> dict | None:
     if not table_exists(table):
         return None
     summaries = read_history(spark, table).where(
-        (F.col("row_type") == SUMMARY) & (F.col("store") == store) & (F.col("exit_code") == 0)
+        (F.col("row_type") == SUMMARY) & (F.col("store") == store) & (F.col("exit_code") == EXIT_OK)
     )
     newest = summaries.orderBy(F.col("started_at").desc(), F.col("finished_at").desc()).limit(1).collect()
     if not newest:

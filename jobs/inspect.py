@@ -17,7 +17,7 @@ import sys
 from jobs.cli import add_broker_config, broker_config
 from jobs.pipeline.rebuild import list_segments, resolve_rules
 from storelib.config import BrokerConfig
-from storelib.errors import BadInput
+from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from storelib.inspect import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
 from storelib.versions import BrokerRules
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**report.to_dict(), "broker_rules": rules.to_dict()}, indent=2))
     else:
         print(format_report(report, rules))
-    return 0 if report.clean else 1
+    return EXIT_OK if report.clean else EXIT_FINDINGS
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from storelib.layout import LOCK
+
 
 def is_local(store: str) -> bool:
     return "://" not in store or store.startswith("file://")
@@ -29,7 +31,7 @@ def lock_held(store: str) -> bool:
     if not is_local(store):
         return False
     try:
-        fd = os.open(local_path(store) / "lock", os.O_RDONLY)
+        fd = os.open(local_path(store) / LOCK, os.O_RDONLY)
     except OSError:
         return False
     try:

@@ -17,7 +17,7 @@ from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.rebuild import rebuild
 from jobs.pipeline.recover import check_backup_dir, check_stopped, recover, undo
-from storelib.errors import EXIT_CANNOT, Refused
+from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if args.undo:
             undo(args.store, Path(args.undo).resolve())
             print(f"recover: restored {args.store} from {args.undo}")
-            return 0
+            return EXIT_OK
         check_stopped(args.store)
         backup = Path(args.backup_dir) if args.backup_dir else None
         if backup is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.jars import jar_defaults
+from storelib.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
 
@@ -32,7 +32,6 @@ DEFAULTS: dict[str, str] = {"spark.master": "local[*]"}  # the layer under every
 JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 SPARK_DEFAULT_LOG4J = "org/apache/spark/log4j2-defaults.properties"
 JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself, before log4j exists
-_PROPERTY = re.compile(r"(\S+?)\s*[=:\s]\s*(.*)")
 #: a local master this process starts (not spark-submit's, whose workers may get udfs only from --py-files, after
 #: the daemon starts; nor a cluster's): the workers are this interpreter, so their daemon can be ours
 #: (udfs/daemon.py: no archives re-read at every task, the kernel loaded before the fork). Spark keeps one daemon per
@@ -48,13 +47,10 @@ LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A spark-defaults style file: ``key value`` (or ``key=value``) per line, ``#`` comments."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        m = _PROPERTY.fullmatch(line.strip())
-        if m and not line.lstrip().startswith("#"):
-            out[m.group(1)] = m.group(2).strip()
-    return out
+    """A spark-defaults style file as Spark reads it (``Utils.getPropertiesFromFile``): Java ``Properties.load``
+    over UTF-8 text (storelib.config.parse_properties), values trimmed."""
+    props = parse_properties(path.read_text(encoding="utf-8"), str(path))
+    return {k: v.strip() for k, v in props.items()}
 
 
 def read_profile(profile: str) -> dict[str, str]:

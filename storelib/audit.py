@@ -27,21 +27,22 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from storelib import batchcq
+from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.constants import (
-    CQ_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     SCHEDULE_TOPIC,
 )
-from storelib.consumequeue import UNIT_DTYPE, decode_units
+from storelib.consumequeue import CONSUME_QUEUE, UNIT_DTYPE, decode_units, is_pre_blank
 from storelib.findings import KINDS, Finding, finding, is_divergence, worst
 from storelib.indexfile import IndexFileReader, IndexHeader
 from storelib.layout import (
+    ABORT,
+    CHECKPOINT,
     commitlog_file,
     index_file,
     index_name_after,
@@ -82,6 +83,8 @@ class _Units:
     size: np.ndarray
     tags: np.ndarray
     state: np.ndarray
+    kept: np.ndarray  # what ConsumeQueue.recover keeps (CONSUME_QUEUE.valid)
+    pre_blank: np.ndarray
 
     @classmethod
     def layout(cls, files: Mapping[str, bytes], base: int, n: int, per_file: int, file_size: int) -> _Units:
@@ -94,9 +97,8 @@ class _Units:
             state[s : s + k] = _UNIT
             if len(data) < file_size:
                 state[s + k : s + per_file] = _TORN
-        return cls(
-            units["offset"].astype(np.int64), units["size"].astype(np.int64), units["tags_code"].astype(np.int64), state
-        )
+        offset, size, tags = (units[f].astype(np.int64) for f in ("offset", "size", "tags_code"))
+        return cls(offset, size, tags, state, CONSUME_QUEUE.valid(units), is_pre_blank(units))
 
     @property
     def present(self) -> np.ndarray:
@@ -104,12 +106,12 @@ class _Units:
 
     @property
     def blank(self) -> np.ndarray:
-        return self.present & (self.offset == 0) & (self.size == CQ_BLANK_SIZE) & (self.tags == 0)
+        return self.present & self.pre_blank
 
     @property
     def valid(self) -> np.ndarray:
-        """``offset >= 0 && size > 0``, pre-blank units excepted."""
-        return self.present & (self.offset >= 0) & (self.size > 0) & ~self.blank
+        """What ``ConsumeQueue.recover`` keeps, pre-blank units excepted."""
+        return self.present & self.kept & ~self.pre_blank
 
     @property
     def nonzero(self) -> np.ndarray:
@@ -185,7 +187,7 @@ class _Queue:
 
     @property
     def rel_dir(self) -> str:
-        return f"consumequeue/{self.topic}/{self.queue_id}"
+        return CONSUME_QUEUE.queue_dir(self.topic, self.queue_id)
 
     @functools.cached_property
     def idx(self) -> np.ndarray:
@@ -564,6 +566,46 @@ def _row(
     }
 
 
+@dataclasses.dataclass
+class _BatchQueue:
+    """One BatchConsumeQueue laid out for comparison: live and rebuilt units in file order, each up to the end of
+    its valid units (``l_end``, ``r_end``), and the findings so far."""
+
+    topic: str
+    queue_id: int
+    file_size: int
+    lv: np.ndarray
+    rb: np.ndarray
+    l_end: int
+    r_end: int
+    first_live: int  # ordinal of the first live unit (its file's start / unit size)
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+
+    @property
+    def rel_dir(self) -> str:
+        return BATCH_CONSUME_QUEUE.queue_dir(self.topic, self.queue_id)
+
+    def emit(self, kind: str, positions: np.ndarray, units: np.ndarray, message: str, ordinal0: int = 0) -> None:
+        """One finding for ``units[positions]``, at the first of them (``ordinal0``: the first unit's ordinal)."""
+        if not len(positions):
+            return
+        i, unit = int(positions[0]), BATCH_CONSUME_QUEUE.unit_size
+        k = ordinal0 + i  # the unit's ordinal in the queue: its file and byte in it
+        self.findings.append(
+            finding(
+                kind,
+                f"{self.rel_dir}/{offset_file_name(k * unit // self.file_size * self.file_size)}",
+                message.format(count=len(positions), first=int(units["msg_base_offset"][i])),
+                topic=self.topic,
+                queue_id=self.queue_id,
+                queue_offset=int(units["msg_base_offset"][i]),
+                commitlog_offset=int(units["offset"][i]),
+                file_offset=k * unit % self.file_size,
+                count=len(positions),
+            )
+        )
+
+
 def classify_batch_queue(
     topic: str,
     queue_id: int,
@@ -574,78 +616,63 @@ def classify_batch_queue(
     commitlog_max: int,
 ) -> QueueAudit:
     """Compare one live BatchConsumeQueue (file name -> bytes) with the rebuilt one, unit by msgBaseOffset."""
-    file_size = cfg.mapperFileSizeBatchConsumeQueue
-    unit = batchcq.BCQ_STORE_UNIT_SIZE
-    rel_dir = batchcq.batch_queue_dir(topic, queue_id)
-    findings: list[Finding] = []
+    fmt = BATCH_CONSUME_QUEUE
+    lv, rb = _batch_units(live), _batch_units(rebuilt)
+    first_live = int(min(live, default="0")) // fmt.unit_size
+    q = _BatchQueue(topic, queue_id, fmt.file_size(cfg), lv, rb, fmt.valid_prefix(lv), fmt.valid_prefix(rb), first_live)
     for name, data in sorted(live.items()):
-        if len(data) != file_size:
-            message = f"file is {len(data)} bytes, not {file_size}; the broker will not load it"
-            where = {"topic": topic, "queue_id": queue_id, "file_offset": len(data) - len(data) % unit}
-            findings.append(finding("cq-torn-file", f"{rel_dir}/{name}", message, **where, count=1))
-    first_live = int(min(live, default="0")) // unit
-    lv = _batch_units(live)
-    rb = _batch_units(rebuilt)
-    l_end, r_end = batchcq.valid_prefix(lv), batchcq.valid_prefix(rb)
-    fields = ("offset", "size", "tags_code", "store_timestamp", "batch_size")
-    live_base, rebuilt_base = lv["msg_base_offset"][:l_end], rb["msg_base_offset"][:r_end]
-    pos = np.searchsorted(live_base, rebuilt_base)  # where each rebuilt unit's base is among the live ones
-    found = pos < l_end
-    found[found] = live_base[pos[found]] == rebuilt_base[found]
-    same = found.copy()
-    for f in fields:
-        same[found] &= lv[f][pos[found]] == rb[f][:r_end][found]
-    last_live = int(live_base[-1]) if l_end else -1
-    unmatched = ~np.isin(live_base, rebuilt_base)
-
-    def emit(kind: str, positions: np.ndarray, units: np.ndarray, message: str, ordinal0: int = 0) -> None:
-        if not len(positions):
-            return
-        i = int(positions[0])
-        k = ordinal0 + i  # the unit's ordinal in the queue: its file and byte in it
-        name = offset_file_name(k * unit // file_size * file_size)
-        findings.append(
-            finding(
-                kind,
-                f"{rel_dir}/{name}",
-                message.format(count=len(positions), first=int(units["msg_base_offset"][i])),
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=int(units["msg_base_offset"][i]),
-                commitlog_offset=int(units["offset"][i]),
-                file_offset=k * unit % file_size,
-                count=len(positions),
-            )
-        )
-
-    if r_end and not live:
-        emit("cq-missing-queue", np.arange(r_end), rb, "{count} units from queue offset {first} have no file")
+        if len(data) != q.file_size:
+            message = f"file is {len(data)} bytes, not {q.file_size}; the broker will not load it"
+            where = {"topic": topic, "queue_id": queue_id, "file_offset": len(data) - len(data) % fmt.unit_size}
+            q.findings.append(finding("cq-torn-file", f"{q.rel_dir}/{name}", message, **where, count=1))
+    live_base, rebuilt_base = lv["msg_base_offset"][: q.l_end], rb["msg_base_offset"][: q.r_end]
+    if q.r_end and not live:
+        q.emit("cq-missing-queue", np.arange(q.r_end), rb, "{count} units from queue offset {first} have no file")
     else:
-        emit("cq-wrong-entries", np.flatnonzero(found & ~same), rb, "{count} units differ, the first at {first}")
-        lost = ~found & (rebuilt_base <= last_live)
-        emit(
-            "cq-wrong-entries", np.flatnonzero(lost), rb, "{count} units are missing, the first at queue offset {first}"
-        )
-        tail = np.flatnonzero(~found & (rebuilt_base > last_live))
-        emit("cq-missing-tail", tail, rb, "the queue lacks its last {count} units, from queue offset {first}")
-    expired = unmatched & (lv["offset"][:l_end] < commitlog_min)
-    dirty = unmatched & (lv["offset"][:l_end] >= commitlog_max)
-    kind = "cq-no-messages" if not r_end else "cq-wrong-entries"
-    emit("cq-expired-head", np.flatnonzero(expired), lv, "{count} units point below the commitlog", first_live)
-    emit("cq-dirty-tail", np.flatnonzero(dirty), lv, "{count} units point past the commitlog's end", first_live)
-    emit(
-        kind, np.flatnonzero(unmatched & ~expired & ~dirty), lv, "{count} units the commitlog does not hold", first_live
-    )
-    stale = np.flatnonzero(lv[l_end:].view(np.uint8).reshape(-1, unit).any(axis=1)) + l_end
-    emit("cq-stale-bytes", stale, lv, "{count} units with stale bytes after the queue's logical end", first_live)
+        _batch_rebuilt_units(q, live_base, rebuilt_base)
+    _batch_live_units(q, ~np.isin(live_base, rebuilt_base), commitlog_min, commitlog_max)
     write = delete = []
-    if any(is_divergence(f) for f in findings):
+    if any(is_divergence(f) for f in q.findings):
         write = sorted(n for n, data in rebuilt.items() if live.get(n) != data)
         delete = sorted(n for n in live if n not in rebuilt)
-    first = int(rebuilt_base[0]) if r_end else None
-    live_max = _max_physic_offset(lv["offset"][:l_end], lv["size"][:l_end])
-    row = _row(topic, queue_id, findings, l_end, r_end, _batch_end(lv, l_end), first, _batch_end(rb, r_end), live_max)
-    return QueueAudit(topic, queue_id, findings, row, write, delete, rel_dir)
+    first = int(rebuilt_base[0]) if q.r_end else None
+    live_max = _max_physic_offset(lv["offset"][: q.l_end], lv["size"][: q.l_end])
+    row = _row(
+        topic, queue_id, q.findings, q.l_end, q.r_end, _batch_end(lv, q.l_end), first, _batch_end(rb, q.r_end), live_max
+    )
+    return QueueAudit(topic, queue_id, q.findings, row, write, delete, q.rel_dir)
+
+
+def _batch_rebuilt_units(q: _BatchQueue, live_base: np.ndarray, rebuilt_base: np.ndarray) -> None:
+    """The rebuilt units the live queue holds differently, lacks in its middle, or lacks at its end."""
+    lv, rb = q.lv, q.rb
+    pos = np.searchsorted(live_base, rebuilt_base)  # where each rebuilt unit's base is among the live ones
+    found = pos < q.l_end
+    found[found] = live_base[pos[found]] == rebuilt_base[found]
+    same = found.copy()
+    for f in ("offset", "size", "tags_code", "store_timestamp", "batch_size"):
+        same[found] &= lv[f][pos[found]] == rb[f][: q.r_end][found]
+    last_live = int(live_base[-1]) if q.l_end else -1
+    q.emit("cq-wrong-entries", np.flatnonzero(found & ~same), rb, "{count} units differ, the first at {first}")
+    lost = ~found & (rebuilt_base <= last_live)
+    q.emit("cq-wrong-entries", np.flatnonzero(lost), rb, "{count} units are missing, the first at queue offset {first}")
+    tail = np.flatnonzero(~found & (rebuilt_base > last_live))
+    q.emit("cq-missing-tail", tail, rb, "the queue lacks its last {count} units, from queue offset {first}")
+
+
+def _batch_live_units(q: _BatchQueue, unmatched: np.ndarray, commitlog_min: int, commitlog_max: int) -> None:
+    """The live units the rebuilt queue lacks (expired, past the commitlog's end, or wrong), and stale bytes."""
+    lv, ordinal0 = q.lv, q.first_live
+    expired = unmatched & (lv["offset"][: q.l_end] < commitlog_min)
+    dirty = unmatched & (lv["offset"][: q.l_end] >= commitlog_max)
+    kind = "cq-no-messages" if not q.r_end else "cq-wrong-entries"
+    q.emit("cq-expired-head", np.flatnonzero(expired), lv, "{count} units point below the commitlog", ordinal0)
+    q.emit("cq-dirty-tail", np.flatnonzero(dirty), lv, "{count} units point past the commitlog's end", ordinal0)
+    extra = np.flatnonzero(unmatched & ~expired & ~dirty)
+    q.emit(kind, extra, lv, "{count} units the commitlog does not hold", ordinal0)
+    unit = BATCH_CONSUME_QUEUE.unit_size
+    stale = np.flatnonzero(lv[q.l_end :].view(np.uint8).reshape(-1, unit).any(axis=1)) + q.l_end
+    q.emit("cq-stale-bytes", stale, lv, "{count} units with stale bytes after the queue's logical end", ordinal0)
 
 
 def _max_physic_offset(offset: np.ndarray, size: np.ndarray, valid: np.ndarray | None = None) -> int:
@@ -661,8 +688,8 @@ def _batch_end(units: np.ndarray, n: int) -> int | None:
 
 def _batch_units(files: Mapping[str, bytes]) -> np.ndarray:
     """A BatchConsumeQueue's units in file order (whole units of each file)."""
-    parts = [batchcq.decode_units(files[n]) for n in sorted(files)]
-    return np.concatenate(parts) if parts else np.zeros(0, batchcq.BCQ_UNIT_DTYPE)
+    parts = [BATCH_CONSUME_QUEUE.decode(files[n]) for n in sorted(files)]
+    return np.concatenate(parts) if parts else np.zeros(0, BATCH_CONSUME_QUEUE.unit)
 
 
 # --- CommitLog -------------------------------------------------------------------------------
@@ -707,7 +734,7 @@ def check_commitlog(
             out.append(
                 finding(
                     "commitlog-preallocated",
-                    f"commitlog/{s.file}",
+                    commitlog_file(s.file),
                     "zero-filled segment after the last record; the broker deletes it at start",
                     commitlog_offset=s.start,
                 )
@@ -718,7 +745,7 @@ def check_commitlog(
         out.append(
             finding(
                 "abort-marker",
-                "abort",
+                ABORT,
                 f"the broker did not shut down cleanly; at start its {how} re-checks the commitlog from segment "
                 f"{segments[restart.start].file if restart else '-'}",
             )
@@ -734,7 +761,7 @@ def _checkpoint_findings(
 ) -> list[Finding]:
     """An unreadable checkpoint, or one ahead of the records it can refer to."""
     if checkpoint is None:
-        return [finding("checkpoint-unreadable", "checkpoint", "no readable 4096-byte checkpoint")]
+        return [finding("checkpoint-unreadable", CHECKPOINT, "no readable 4096-byte checkpoint")]
     out = []
     for field, value, have in (
         ("physicMsgTimestamp", checkpoint.physic_msg_timestamp, last_store_timestamp),
@@ -744,7 +771,7 @@ def _checkpoint_findings(
             out.append(
                 finding(
                     "checkpoint-ahead",
-                    "checkpoint",
+                    CHECKPOINT,
                     f"{field} {value} is after the last record it can refer to ({have}): "
                     "records the broker had flushed are missing",
                     expected=f"<= {have}",
@@ -755,7 +782,7 @@ def _checkpoint_findings(
         out.append(
             finding(
                 "checkpoint-ahead",
-                "checkpoint",
+                CHECKPOINT,
                 f"confirmPhyOffset {checkpoint.confirm_phy_offset} is past the last valid record {commitlog_max}",
                 commitlog_offset=commitlog_max,
                 expected=f"<= {commitlog_max}",
@@ -772,7 +799,7 @@ def _truncate_finding(segments: list[SegmentFacts], restart: Restart, how: str, 
     total = commitlog_max - segments[0].start
     return finding(
         "recovery-would-truncate",
-        f"commitlog/{seg.file}",
+        commitlog_file(seg.file),
         f"the broker's {how} starts at segment {segments[restart.start].file}, stops at the record at "
         f"commitlog offset {at} ({restart.stop}) and truncates the commitlog there: {restart.lost} bytes "
         f"({100 * restart.lost / max(1, total):.0f}% of the log) of records after it are lost to consumers",

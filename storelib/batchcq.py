@@ -16,14 +16,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from storelib.consumequeue import QueueFinding
-from storelib.errors import HostileNameError
-from storelib.layout import INT32_MAX, offset_file_name, validate_topic
+from storelib.consumequeue import QueueFinding, QueueFormat
+from storelib.layout import BATCH_CONSUMEQUEUE, offset_file_name
 
 BCQ_STORE_UNIT_SIZE = 46
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
-BATCH_CONSUMEQUEUE = "batchconsumequeue"
 BCQ_UNIT_DTYPE = np.dtype(
     [
         ("offset", ">i8"),
@@ -37,14 +35,6 @@ BCQ_UNIT_DTYPE = np.dtype(
     ]
 )
 assert BCQ_UNIT_DTYPE.itemsize == BCQ_STORE_UNIT_SIZE
-
-
-def batch_queue_dir(topic: str, queue_id: int) -> str:
-    """``batchconsumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
-    validate_topic(topic)
-    if not 0 <= queue_id <= INT32_MAX:
-        raise HostileNameError(f"illegal queueId {queue_id} for topic {topic!r}")
-    return f"{BATCH_CONSUMEQUEUE}/{topic}/{queue_id}"
 
 
 def encode_units(
@@ -72,11 +62,23 @@ def decode_units(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_STORE_UNIT_SIZE)
 
 
-def valid_prefix(units: np.ndarray) -> int:
-    """How many units ``BatchConsumeQueue.recover`` keeps."""
-    bad = (units["offset"] < 0) | (units["size"] <= 0) | (units["msg_base_offset"] < 0) | (units["batch_size"] <= 0)
-    idx = np.flatnonzero(bad)
-    return int(idx[0]) if len(idx) else len(units)
+#: ``BatchConsumeQueue``: units appended in msgBaseOffset order, no pre-blank
+BATCH_CONSUME_QUEUE = QueueFormat(
+    "BatchConsumeQueue",
+    BATCH_CONSUMEQUEUE,
+    BCQ_UNIT_DTYPE,
+    decode_units,
+    "mapperFileSizeBatchConsumeQueue",
+    ("offset", "msg_base_offset"),
+    ("size", "batch_size"),
+    "msg_base_offset",
+    False,
+)
+
+
+def batch_queue_dir(topic: str, queue_id: int) -> str:
+    """``batchconsumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
+    return BATCH_CONSUME_QUEUE.queue_dir(topic, queue_id)
 
 
 @dataclasses.dataclass

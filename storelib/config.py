@@ -11,10 +11,11 @@ import collections
 import dataclasses
 import json
 import os
-import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+
+import javaproperties
 
 from storelib.batchcq import BCQ_STORE_UNIT_SIZE
 from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
@@ -23,8 +24,6 @@ from storelib.versions import RuleSet, rules_for
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LINE_END = re.compile(r"\r\n|\r|\n")  # Properties.load's line terminators (str.splitlines knows more)
-_BLANKS = " \t\f"  # Properties.load's white space (str.isspace knows more)
 #: the settings are Java ints; a store file is one MappedByteBuffer, at most Integer.MAX_VALUE bytes
 JAVA_INT_MAX = 0x7FFFFFFF
 #: a broker.conf is a few KB; more than this is not one (and /dev/zero never ends)
@@ -124,36 +123,13 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``Properties.load`` for the subset brokers use (no unicode escapes in keys)."""
-    out: dict[str, str] = {}
-    logical = ""
-    for raw in _LINE_END.split(text):
-        line = raw.lstrip(_BLANKS)
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        key, value = _split_property(logical)
-        out[key] = value
-        logical = ""
-    if logical:
-        key, value = _split_property(logical)
-        out[key] = value
-    return out
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    """Key ends at the first ``=``, ``:`` or blank; one ``=``/``:`` after blanks is skipped."""
-    i = 0
-    while i < len(line) and line[i] not in "=:" + _BLANKS:
-        i += 1
-    rest = line[i:].lstrip(_BLANKS)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_BLANKS)
-    return line[:i], rest.rstrip(_BLANKS)
+def parse_properties(text: str, where: str = "") -> dict[str, str]:
+    """Java ``Properties.load`` (javaproperties: escapes, ``\\uXXXX`` and continuation lines included); a later
+    duplicate key wins. A malformed ``\\u`` escape is a ConfigError naming ``where``, as Properties.load fails."""
+    try:
+        return javaproperties.loads(text)
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError(f"{where}{': ' if where else ''}malformed \\uxxxx escape {exc.escape!r}") from None
 
 
 def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
@@ -243,7 +219,7 @@ def read_properties(path: str | Path) -> dict[str, str]:
         raise ConfigError(f"cannot read broker config {path}: {exc.strerror}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"broker config {path} is over {MAX_CONFIG_BYTES:,} bytes: not a properties file")
-    return parse_properties(data.decode("latin-1"))
+    return parse_properties(data.decode("latin-1"), f"broker config {path}")  # load(InputStream): ISO 8859-1
 
 
 def segment_size_of(sizes: Iterable[int]) -> int | None:

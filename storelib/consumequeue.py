@@ -10,12 +10,16 @@ Files are always full size, zero-filled after the last entry.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
-from storelib.layout import offset_file_name
+from storelib.layout import CONSUMEQUEUE, offset_file_name, queue_dir
+
+if TYPE_CHECKING:
+    from storelib.config import BrokerConfig
 
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
@@ -40,10 +44,57 @@ def file_start(queue_offset: int, file_size: int) -> int:
     return queue_offset * CQ_STORE_UNIT_SIZE // file_size * file_size
 
 
-def valid_prefix(units: np.ndarray) -> int:
-    """``ConsumeQueue.recover``'s rule: units are valid while ``offset >= 0 and size > 0``."""
-    bad = np.flatnonzero((units["offset"] < 0) | (units["size"] <= 0))
-    return int(bad[0]) if len(bad) else len(units)
+def is_pre_blank(units: np.ndarray) -> np.ndarray:
+    """Which units are pre-blank units (offset 0, size Integer.MAX_VALUE, tagsCode 0, as ``fillPreBlank`` writes)."""
+    return (units["offset"] == 0) & (units["size"] == CQ_BLANK_SIZE) & (units["tags_code"] == 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueFormat:
+    """One kind of consume queue's files: ``<dir>/<topic>/<queueId>/<20-digit start byte>``, each
+    ``file_size(cfg)`` bytes of fixed-size units; its recover keeps the units while the ``at_least_zero`` fields
+    are >= 0 and the ``above_zero`` fields > 0."""
+
+    name: str  # the broker's class
+    dir: str  # the store directory holding the queues
+    unit: np.dtype  # one unit as on disk
+    decode: Callable[[bytes | memoryview], np.ndarray]  # whole units of a file's bytes
+    size_setting: str  # the broker setting giving the file size in bytes
+    at_least_zero: tuple[str, ...]
+    above_zero: tuple[str, ...]
+    queue_offset: str | None  # the unit field holding its queue offset (None: its position in the queue)
+    pre_blank: bool  # a queue's first file may start with pre-blank units before its first entry
+
+    @property
+    def unit_size(self) -> int:
+        return self.unit.itemsize
+
+    def file_size(self, cfg: BrokerConfig) -> int:
+        return int(getattr(cfg, self.size_setting))
+
+    def queue_dir(self, topic: str, queue_id: int) -> str:
+        """The store-relative directory of a queue (storelib.layout.queue_dir: a hostile name raises)."""
+        return queue_dir(topic, queue_id, self.dir)
+
+    def valid(self, units: np.ndarray) -> np.ndarray:
+        """Per unit: whether its recover keeps it (a pre-blank unit passes: its size is positive)."""
+        ok = np.ones(len(units), dtype=bool)
+        for field in self.at_least_zero:
+            ok &= units[field] >= 0
+        for field in self.above_zero:
+            ok &= units[field] > 0
+        return ok
+
+    def valid_prefix(self, units: np.ndarray) -> int:
+        """How many units its recover keeps: up to the first one that is not valid."""
+        bad = np.flatnonzero(~self.valid(units))
+        return int(bad[0]) if len(bad) else len(units)
+
+
+#: ``ConsumeQueue``: ``ConsumeQueue.recover`` keeps units while ``offset >= 0 and size > 0``
+CONSUME_QUEUE = QueueFormat(
+    "ConsumeQueue", CONSUMEQUEUE, UNIT_DTYPE, decode_units, "cq_file_size", ("offset",), ("size",), None, True
+)
 
 
 @dataclasses.dataclass(frozen=True)

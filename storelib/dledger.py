@@ -22,9 +22,8 @@ from storelib.constants import DLEDGER_INDEX_UNIT_SIZE
 UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
 INDEX_FILE_SIZE = 167_772_160  # DLedgerConfig.mappedFileSizeForEntryIndex
 UNITS_PER_INDEX_FILE = INDEX_FILE_SIZE // DLEDGER_INDEX_UNIT_SIZE
-#: the kinds of entry damage recovery stops at (reported by the parse, the record itself is kept)
+#: the kinds of entry damage (reported by the parse; what they mean: storelib.findings.KINDS)
 ENTRY_POS, ENTRY_INDEX, ENTRY_TERM = "dledger-entry-pos", "dledger-entry-index", "dledger-entry-term"
-ENTRY_DAMAGE = (ENTRY_POS, ENTRY_INDEX, ENTRY_TERM)
 
 
 def _field(a: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:

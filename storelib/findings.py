@@ -1,10 +1,12 @@
 """Every finding kind, in one registry, and the Finding record: the shared report schema.
 
-Used by rebuild (damaged segments, queue offset gaps), audit and recover. ``KINDS`` gives each kind its
-severity, meaning, whether ``rmqstore recover`` repairs it and whether it stops recover altogether; the
-README's table of kinds is checked against it (tests/test_findings.py). ``finding()`` is the only way a
-Finding is made, so an unregistered kind fails where it is emitted. ``Finding.to_dict`` is the documented,
-stable JSON schema of every report.
+Used by rebuild (damaged segments, queue offset gaps), audit and recover. ``KINDS`` holds every fact about a
+kind, once: its area of the store, severity and meaning, whether ``rmqstore recover`` repairs it (or its
+checkpoint step answers it), whether it stops recover altogether and what to do then, whether the broker's
+load() fails on it or its recovery stops at it, whether it is damage to one record, whether it leaves a run
+incomplete. Code asks the kind; the README's table of kinds is checked against it (tests/test_findings.py).
+``finding()`` is the only way a Finding is made, so an unregistered kind fails where it is emitted.
+``Finding.to_dict`` is the documented, stable JSON schema of every report.
 """
 
 from __future__ import annotations
@@ -44,128 +46,272 @@ class Finding:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+#: the parts of the store, one line of the verdict each, in this order
+AREA_COMMITLOG = "commitlog"
+AREA_CQ = "ConsumeQueue"
+AREA_INDEX = "IndexFile"
+AREA_CHECKPOINT = "checkpoint and abort"
+AREA_RUN = "this audit"
+AREAS = (AREA_COMMITLOG, AREA_CQ, AREA_INDEX, AREA_CHECKPOINT, AREA_RUN)
+#: how ``CommitLog.checkMessageAndReturnSize`` treats such a record when the broker recovers (``Kind.recovery``)
+STOPS = "stops"  # it fails: recovery truncates the log there
+BODY_CRC = "body-crc"  # it fails when checkCRCOnRecover checks BODYCRC (forceVerifyPropCRC off)
+PROPERTY_CRC = "property-crc"  # it fails when checkCRCOnRecover checks the __CRC32# property (forceVerifyPropCRC)
+
+
 @dataclasses.dataclass(frozen=True)
 class Kind:
+    """Everything the toolkit knows about one kind of finding: the one place each such fact is written."""
+
+    area: str  # the part of the store it is about (AREAS)
     severity: str
     meaning: str
     repairable: bool = False  # ``rmqstore recover`` replaces the files concerned
-    blocks_recover: bool = False  # the rebuilt index cannot vouch for the store: recover refuses
+    by_checkpoint: bool = False  # recover's checkpoint step answers it: crash recovery then starts past it
+    refusal: str = ""  # recover refuses while it stands (the rebuilt index cannot vouch for the store): do this
+    incomplete: bool = False  # parts of the store were not read: the run's result is incomplete
+    start_fails: str = ""  # ``DefaultMessageStore.load()`` fails, so the broker exits instead of starting: why
+    record_damage: bool = False  # damage to one record: never a reason to stop or skip a segment
+    kept: bool = False  # (record damage) the record still frames and is dispatched
+    recovery: str = ""  # how the broker's recovery treats such a record (STOPS, BODY_CRC, PROPERTY_CRC)
+    index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
 
+    @property
+    def blocks_recover(self) -> bool:
+        """The rebuilt index cannot vouch for the store while such a finding stands."""
+        return bool(self.refusal)
+
+
+_CQ, _LOG, _INDEX, _CHECKPOINT, _RUN = AREA_CQ, AREA_COMMITLOG, AREA_INDEX, AREA_CHECKPOINT, AREA_RUN
+_SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
 
 #: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend
 KINDS: dict[str, Kind] = {
     # ConsumeQueue
     "cq-missing-tail": Kind(
-        "error", "the queue stops before the commitlog's last message of it (crash before dispatch)", True
+        _CQ, "error", "the queue stops before the commitlog's last message of it (crash before dispatch)", True
     ),
     "cq-dirty-tail": Kind(
-        "warning", "entries past the queue's end point at or past the commitlog's last valid record", True
+        _CQ, "warning", "entries past the queue's end point at or past the commitlog's last valid record", True
     ),
     "cq-wrong-entries": Kind(
-        "error", "entries whose commitlog offset, size or tagsCode differ (first queue offset, count)", True
+        _CQ, "error", "entries whose commitlog offset, size or tagsCode differ (first queue offset, count)", True
     ),
     "cq-schedule-tagscode-quirk": Kind(
+        _CQ,
         "warning",
         "SCHEDULE_TOPIC_XXXX entries hold the TAGS hash, not the deliver time: the known 4.9.8 crash-recovery quirk",
         True,
     ),
     "cq-zeroed-entries": Kind(
-        "error", "invalid (zeroed) units inside the queue: the broker ends the queue there", True
+        _CQ, "error", "invalid (zeroed) units inside the queue: the broker ends the queue there", True
     ),
     "cq-torn-file": Kind(
-        "error", "a ConsumeQueue file of the wrong size or with a partial unit: the broker will not load", True
+        _CQ,
+        "error",
+        "a ConsumeQueue file of the wrong size or with a partial unit: the broker will not load",
+        True,
+        start_fails="a ConsumeQueue file has the wrong length",
     ),
-    "cq-missing-file": Kind("error", "a ConsumeQueue file in the middle of the queue does not exist", True),
+    "cq-missing-file": Kind(_CQ, "error", "a ConsumeQueue file in the middle of the queue does not exist", True),
     "cq-extra-file": Kind(
+        _CQ,
         "warning",
         "a ConsumeQueue file after the queue's last file; an empty last file breaks correctMinOffset at start",
         True,
     ),
-    "cq-expired-head": Kind("info", "entries below the commitlog's min offset: expected after retention"),
-    "cq-wrong-pre-blank": Kind("error", "the pre-blank units before a queue's first entry are wrong", True),
-    "cq-no-messages": Kind("warning", "a live queue directory whose queue has no message in the commitlog", True),
-    "cq-missing-queue": Kind("error", "a queue with messages in the commitlog has no ConsumeQueue files", True),
+    "cq-expired-head": Kind(_CQ, "info", "entries below the commitlog's min offset: expected after retention"),
+    "cq-wrong-pre-blank": Kind(_CQ, "error", "the pre-blank units before a queue's first entry are wrong", True),
+    "cq-no-messages": Kind(_CQ, "warning", "a live queue directory whose queue has no message in the commitlog", True),
+    "cq-missing-queue": Kind(_CQ, "error", "a queue with messages in the commitlog has no ConsumeQueue files", True),
     "cq-empty-queue": Kind(
-        "warning", "a live queue directory without a single entry, of a queue with no message in the commitlog"
+        _CQ, "warning", "a live queue directory without a single entry, of a queue with no message in the commitlog"
+    ),
+    "cq-stale-bytes": Kind(
+        _CQ, "info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"
     ),
     "cq-rolled-back-rocksdb": Kind(
+        _CQ,
         "warning",
         "a RocksDB ConsumeQueue the broker does not read (storeType=default): its file ConsumeQueues are rebuilt",
     ),
-    "cq-stale-bytes": Kind("info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"),
     "hostile-topic-name": Kind(
-        "error", "a record's topic is not a legal RocketMQ name: its queue is never written as a path", False, True
+        _RUN,
+        "error",
+        "a record's topic is not a legal RocketMQ name: its queue is never written as a path",
+        refusal="a record's topic is not a legal name: its queue cannot be written back",
+        incomplete=True,
+        index_build=True,
     ),
     "hostile-name": Kind(
-        "warning", "a directory or file name that is not a legal topic / queueId / file name; not read"
+        _RUN,
+        "warning",
+        "a directory or file name that is not a legal topic / queueId / file name; not read",
+        incomplete=True,
     ),
     "unreadable-file": Kind(
-        "error", "a store file could not be read (permissions, vanished); that part is not audited", False, True
+        _RUN,
+        "error",
+        "a store file could not be read (permissions, vanished); that part is not audited",
+        refusal="make every store file readable, then audit again",
+        incomplete=True,
     ),
     # CommitLog (audit)
-    "commitlog-preallocated": Kind("info", "a zero-filled segment after the last record (left by a crash)"),
-    "abort-marker": Kind("warning", "abort exists: the broker crashed (or runs) and will run crash recovery at start"),
-    "recovery-would-truncate": Kind(
-        "error", "the broker's recovery would stop at a damaged record and truncate every sound record after it", True
+    "commitlog-preallocated": Kind(_LOG, "info", "a zero-filled segment after the last record (left by a crash)"),
+    "abort-marker": Kind(
+        _CHECKPOINT, "warning", "abort exists: the broker crashed (or runs) and will run crash recovery at start"
     ),
-    "checkpoint-ahead": Kind("error", "the checkpoint vouches for data the store does not hold"),
+    "recovery-would-truncate": Kind(
+        _LOG,
+        "error",
+        "the broker's recovery would stop at a damaged record and truncate every sound record after it",
+        True,
+        by_checkpoint=True,
+    ),
+    "checkpoint-ahead": Kind(
+        _CHECKPOINT, "error", "the checkpoint vouches for data the store does not hold", by_checkpoint=True
+    ),
     # DLedger (dledger-<selfId>/: data, index, checkpoint)
     "dledger-entry-pos": Kind(
-        "error", "a DLedger entry whose pos field is not where it sits: recovery truncates the log there"
+        _LOG,
+        "error",
+        "a DLedger entry whose pos field is not where it sits: recovery truncates the log there",
+        record_damage=True,
+        kept=True,
     ),
     "dledger-entry-index": Kind(
-        "error", "a DLedger entry whose index does not follow the previous entry's: recovery truncates there"
+        _LOG,
+        "error",
+        "a DLedger entry whose index does not follow the previous entry's: recovery truncates there",
+        record_damage=True,
+        kept=True,
     ),
     "dledger-entry-term": Kind(
-        "error", "a DLedger entry whose term is below the previous entry's: recovery truncates there"
+        _LOG,
+        "error",
+        "a DLedger entry whose term is below the previous entry's: recovery truncates there",
+        record_damage=True,
+        kept=True,
     ),
     "dledger-index-wrong": Kind(
-        "warning", "DLedger index units (pos, size, index, term) that differ from the entries in the data", True
+        _LOG, "warning", "DLedger index units (pos, size, index, term) that differ from the entries in the data", True
     ),
     "dledger-checkpoint-ahead": Kind(
-        "error", "the DLedger checkpoint's committedIndex or endIndex is past the last entry in the data"
+        _LOG, "error", "the DLedger checkpoint's committedIndex or endIndex is past the last entry in the data"
     ),
     "dledger-uncommitted": Kind(
-        "warning", "DLedger entries past the checkpoint's committedIndex (a one-node group commits them at start)"
+        _LOG, "warning", "DLedger entries past the checkpoint's committedIndex (a one-node group commits them at start)"
     ),
-    "checkpoint-unreadable": Kind("warning", "the checkpoint file is missing or not 4096 bytes", True),
+    "checkpoint-unreadable": Kind(
+        _CHECKPOINT, "warning", "the checkpoint file is missing or not 4096 bytes", True, by_checkpoint=True
+    ),
     # CommitLog (found by the rebuild's scan, included as is)
-    "crc-mismatch": Kind("warning", "a record whose BODYCRC does not match its body (kept: it frames correctly)"),
+    "crc-mismatch": Kind(
+        _LOG,
+        "warning",
+        "a record whose BODYCRC does not match its body (kept: it frames correctly)",
+        record_damage=True,
+        kept=True,
+        recovery=BODY_CRC,
+    ),
     "crc-property-mismatch": Kind(
-        "warning", "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly)"
+        _LOG,
+        "warning",
+        "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly)",
+        record_damage=True,
+        kept=True,
+        recovery=PROPERTY_CRC,
     ),
-    "length-mismatch": Kind("error", "a record whose fields do not add up to its TOTALSIZE (skipped by its length)"),
-    "bad-delay-level": Kind("error", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an integer"),
+    "length-mismatch": Kind(
+        _LOG,
+        "error",
+        "a record whose fields do not add up to its TOTALSIZE (skipped by its length)",
+        record_damage=True,
+        recovery=STOPS,
+    ),
+    "bad-delay-level": Kind(
+        _LOG,
+        "error",
+        "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an integer",
+        record_damage=True,
+        recovery=STOPS,
+    ),
     "commitlog-torn-tail": Kind(
-        "warning", "the log ends with a damaged record the broker would truncate (recover --truncate-torn-tail)", True
+        _LOG,
+        "warning",
+        "the log ends with a damaged record the broker would truncate (recover --truncate-torn-tail)",
+        True,
     ),
-    "segment-gap": Kind("error", "commitlog segments missing between two segments"),
-    "segment-size": Kind("error", "a commitlog segment of the wrong size"),
-    "segment-misaligned": Kind("error", "a segment name that is not a multiple of mappedFileSizeCommitLog"),
-    "segment-torn": Kind("error", "records stop in the middle of the log: a record runs past its segment"),
-    "segment-bad-magic": Kind("error", "records stop in the middle of the log at an unknown magic code"),
-    "segment-bad-size": Kind("error", "records stop in the middle of the log at an impossible TOTALSIZE"),
-    "segment-bad-blank": Kind("error", "records stop in the middle of the log at a BLANK of the wrong length"),
-    "segment-zero-tail": Kind("error", "records stop in the middle of the log at zero bytes before the segment's end"),
-    "segments-skipped": Kind("error", "damaged segments left out of the rebuilt index", False, True),
-    "stray-file": Kind("warning", "a file whose name is not a store file name; ignored"),
-    "duplicate-queue-offset": Kind("error", "two records of one queue claim the same queue offset"),
-    "queue-offset-gap": Kind("error", "queue offsets of a queue's records are not dense"),
+    "segment-gap": Kind(meaning="commitlog segments missing between two segments", **_SEGMENT_STOPS),
+    "segment-size": Kind(
+        meaning="a commitlog segment of the wrong size",
+        start_fails="a commitlog segment has the wrong size",
+        **_SEGMENT_STOPS,
+    ),
+    "segment-misaligned": Kind(
+        meaning="a segment name that is not a multiple of mappedFileSizeCommitLog", **_SEGMENT_STOPS
+    ),
+    "segment-torn": Kind(
+        meaning="records stop in the middle of the log: a record runs past its segment", **_SEGMENT_STOPS
+    ),
+    "segment-bad-magic": Kind(
+        meaning="records stop in the middle of the log at an unknown magic code", **_SEGMENT_STOPS
+    ),
+    "segment-bad-size": Kind(
+        meaning="records stop in the middle of the log at an impossible TOTALSIZE", **_SEGMENT_STOPS
+    ),
+    "segment-bad-blank": Kind(
+        meaning="records stop in the middle of the log at a BLANK of the wrong length", **_SEGMENT_STOPS
+    ),
+    "segment-zero-tail": Kind(
+        meaning="records stop in the middle of the log at zero bytes before the segment's end", **_SEGMENT_STOPS
+    ),
+    "segments-skipped": Kind(
+        _RUN,
+        "error",
+        "damaged segments left out of the rebuilt index",
+        refusal="damaged segments were left out of the rebuilt index: recover cannot vouch for them",
+        index_build=True,
+    ),
+    "stray-file": Kind(_RUN, "warning", "a file whose name is not a store file name; ignored"),
+    "duplicate-queue-offset": Kind(
+        _LOG, "error", "two records of one queue claim the same queue offset", index_build=True
+    ),
+    "queue-offset-gap": Kind(_LOG, "error", "queue offsets of a queue's records are not dense", index_build=True),
     # IndexFile
-    "index-header-inconsistent": Kind("error", "an IndexFile header disagrees with the file's slots and entries", True),
-    "index-bad-entries": Kind("error", "live index entries that point at no record with their keyHash", True),
-    "index-keys-not-found": Kind("error", "keys of dispatched messages the broker's lookup does not find", True),
-    "index-file-differs": Kind("error", "a live IndexFile differs from the rebuilt file at the same position", True),
-    "index-missing-file": Kind("error", "the rebuilt index has more files than the live one", True),
-    "index-extra-file": Kind("warning", "the live index has files past the rebuilt ones", True),
+    "index-header-inconsistent": Kind(
+        _INDEX, "error", "an IndexFile header disagrees with the file's slots and entries", True
+    ),
+    "index-bad-entries": Kind(_INDEX, "error", "live index entries that point at no record with their keyHash", True),
+    "index-keys-not-found": Kind(
+        _INDEX, "error", "keys of dispatched messages the broker's lookup does not find", True
+    ),
+    "index-file-differs": Kind(
+        _INDEX, "error", "a live IndexFile differs from the rebuilt file at the same position", True
+    ),
+    "index-missing-file": Kind(_INDEX, "error", "the rebuilt index has more files than the live one", True),
+    "index-extra-file": Kind(_INDEX, "warning", "the live index has files past the rebuilt ones", True),
     "index-deleted-on-recovery": Kind(
-        "warning", "crash recovery deletes IndexFiles newer than the checkpoint's indexMsgTimestamp", True
+        _INDEX,
+        "warning",
+        "crash recovery deletes IndexFiles newer than the checkpoint's indexMsgTimestamp",
+        True,
+        by_checkpoint=True,
     ),
     # the run
     "store-in-use": Kind(
-        "warning", "the store was being written while it was audited; tail findings may be moving", False, True
+        _RUN,
+        "warning",
+        "the store was being written while it was audited; tail findings may be moving",
+        refusal="stop the broker, then audit again",
+        incomplete=True,
     ),
-    "rebuilt-stale": Kind("error", "the rebuilt index was made from another state of the commitlog", False, True),
+    "rebuilt-stale": Kind(
+        _RUN,
+        "error",
+        "the rebuilt index was made from another state of the commitlog",
+        refusal="rebuild the index from the store as it is now, then audit again",
+    ),
 }
 
 

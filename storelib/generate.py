@@ -62,7 +62,17 @@ from storelib.consumequeue import QueueFiles
 from storelib.dispatch import dispatch_batch
 from storelib.indexfile import IndexFileSeries, IndexHeader
 from storelib.javahash import java_hash
-from storelib.layout import deterministic_index_names, offset_file_name, queue_dir
+from storelib.layout import (
+    ABORT,
+    CHECKPOINT,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    LOCK,
+    deterministic_index_names,
+    offset_file_name,
+    queue_dir,
+)
 
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 PROPERTY_CLUSTER = "CLUSTER"
@@ -583,7 +593,7 @@ class _Dispatcher:
 
 
 #: what a store root holds (config/ aside); generate_store refuses a root that has any of them
-STORE_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint", "abort", "lock")
+STORE_ENTRIES = (COMMITLOG, CONSUMEQUEUE, INDEX, CHECKPOINT, ABORT, LOCK)
 
 
 def generate_store(
@@ -649,7 +659,7 @@ def generate_store(
     for path in deleted:
         os.remove(path)
     checkpoint = Checkpoint(last_store_timestamp, dispatcher.logics_timestamp, dispatcher.index_timestamp)
-    (root / "checkpoint").write_bytes(checkpoint.pack())
+    (root / CHECKPOINT).write_bytes(checkpoint.pack())
     if progress is not None:
         progress(writer.offset, written)
     return GenerateSummary(

@@ -17,7 +17,7 @@ from pathlib import Path
 from storelib.commitlog import SegmentScanner
 from storelib.config import BrokerConfig
 from storelib.constants import MESSAGE_MAGIC_CODE
-from storelib.layout import parse_offset_name
+from storelib.layout import commitlog_file, parse_offset_name
 
 TORN_TOTAL_SIZE = 300  # what the torn record's TOTALSIZE claims; only 16 of its bytes reach the disk
 TORN_HEAD = struct.pack(">iiii", TORN_TOTAL_SIZE, MESSAGE_MAGIC_CODE, 0x12345678, 1)  # size, magic, BODYCRC, queueId
@@ -42,12 +42,12 @@ def tear_commitlog_tail(store: Path, cfg: BrokerConfig) -> str:
     last = segments[-1]
     start = int(last.name)
     with last.open("rb") as f:
-        scanner = SegmentScanner(f, f"commitlog/{last.name}", start, cfg.mappedFileSizeCommitLog, check_crc=False)
+        scanner = SegmentScanner(f, commitlog_file(last.name), start, cfg.mappedFileSizeCommitLog, check_crc=False)
         for _ in scanner:
             pass
     end = scanner.end.offset
     if end - start + len(TORN_HEAD) > cfg.mappedFileSizeCommitLog:
-        raise ValueError(f"commitlog/{last.name} is full: no room for a torn record after offset {end}")
+        raise ValueError(f"{commitlog_file(last.name)} is full: no room for a torn record after offset {end}")
     with last.open("r+b") as f:
         f.seek(end - start)
         f.write(TORN_HEAD)

@@ -33,21 +33,26 @@ from storelib.commitlog import (
 from storelib.config import BrokerConfig
 from storelib.constants import (
     CHECKPOINT_SIZE,
-    CQ_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     INDEX_HEADER_SIZE,
 )
-from storelib.consumequeue import decode_units, valid_prefix
+from storelib.consumequeue import CONSUME_QUEUE, decode_units, is_pre_blank
 from storelib.errors import HostileNameError, StoreFormatError
 from storelib.indexfile import IndexHeader, index_file_size
 from storelib.layout import (
+    ABORT,
+    CHECKPOINT,
     COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    LOCK,
     is_dledger_data,
     is_index_name,
     offset_file_name,
     offset_layout_problems,
     parse_offset_name,
     parse_queue_id,
+    queue_dir,
     segment_dirs,
     validate_topic,
 )
@@ -145,8 +150,8 @@ class StoreReport:
             out += [f"{rel}: {d['kind']} at offset {d['offset']}: {d['detail']}" for d in s.damage[:_MAX_LISTED]]
             if len(s.damage) > _MAX_LISTED:
                 out.append(f"{rel}: {len(s.damage) - _MAX_LISTED} more damaged records")
-        out += [f"consumequeue/{q.topic}/{q.queue_id}: {p}" for q in self.queues for p in q.problems]
-        out += [f"index/{printable(f.name)}: {p}" for f in self.index_files for p in f.problems]
+        out += [f"{queue_dir(q.topic, q.queue_id)}: {p}" for q in self.queues for p in q.problems]
+        out += [f"{INDEX}/{printable(f.name)}: {p}" for f in self.index_files for p in f.problems]
         return out
 
     def to_dict(self) -> dict[str, object]:
@@ -182,10 +187,10 @@ def inspect_store(root: str | Path, cfg: BrokerConfig) -> StoreReport:
     segments = [s for d in dirs for s in _segments(root, d, cfg, topics, problems)]
     # a broker creates consumequeue/, index/ and checkpoint once it dispatches its first message
     written = any(s.records for s in segments)
-    queues = _queues(root / "consumequeue", cfg, problems, required=written)
-    index_files = _index_files(root / "index", cfg, problems, required=written and cfg.messageIndexEnable)
+    queues = _queues(root / CONSUMEQUEUE, cfg, problems, required=written)
+    index_files = _index_files(root / INDEX, cfg, problems, required=written and cfg.messageIndexEnable)
     checkpoint = None
-    path = root / "checkpoint"
+    path = root / CHECKPOINT
     if path.is_file():
         data = path.read_bytes()
         if len(data) != CHECKPOINT_SIZE:
@@ -202,8 +207,8 @@ def inspect_store(root: str | Path, cfg: BrokerConfig) -> StoreReport:
         queues=queues,
         index_files=index_files,
         checkpoint=checkpoint,
-        abort=(root / "abort").exists(),
-        lock=(root / "lock").exists(),
+        abort=(root / ABORT).exists(),
+        lock=(root / LOCK).exists(),
         problems=problems,
     )
 
@@ -274,7 +279,7 @@ def _segments(
 def _queues(directory: Path, cfg: BrokerConfig, problems: list[str], required: bool) -> list[QueueInfo]:
     out: list[QueueInfo] = []
     for topic_entry in _listing(directory, problems, required):
-        rel = f"consumequeue/{printable(topic_entry.name)}"
+        rel = f"{CONSUMEQUEUE}/{printable(topic_entry.name)}"
         try:
             validate_topic(topic_entry.name)
         except HostileNameError as exc:
@@ -286,7 +291,7 @@ def _queues(directory: Path, cfg: BrokerConfig, problems: list[str], required: b
         with os.scandir(topic_entry.path) as it:
             queue_entries = sorted(it, key=lambda e: e.name)
         for queue_entry in queue_entries:
-            qrel = f"consumequeue/{topic_entry.name}/{printable(queue_entry.name)}"
+            qrel = f"{CONSUMEQUEUE}/{topic_entry.name}/{printable(queue_entry.name)}"
             if parse_queue_id(queue_entry.name) is None:
                 problems.append(f"{qrel}: not a queueId; not followed")
             elif queue_entry.is_symlink() or not queue_entry.is_dir():
@@ -297,9 +302,8 @@ def _queues(directory: Path, cfg: BrokerConfig, problems: list[str], required: b
     return out
 
 
-def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> QueueInfo:
-    """One queue's files in order: entries up to the first invalid unit, pre-blank units, stale units."""
-    file_size = cfg.cq_file_size
+def _queue_files(directory: Path, file_size: int) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """A queue directory's ConsumeQueue files in order (links are not followed), and what is wrong with its names."""
     problems: list[str] = []
     files = []
     with os.scandir(directory) as it:
@@ -308,9 +312,6 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
                 files.append(entry)
             else:
                 problems.append(f"{printable(entry.name)}: not a ConsumeQueue file; skipped")
-    entries = pre_blank = stale = 0
-    min_offset = max_offset = None
-    ended_in = None  # file where the queue's valid units end
     for kind, start, expected in offset_layout_problems([int(e.name) for e in files], file_size):
         if kind == "misaligned":
             problems.append(f"{offset_file_name(start)}: start offset is not a multiple of the file size {file_size}")
@@ -318,6 +319,16 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
             problems.append(
                 f"{offset_file_name(start)}: files from {offset_file_name(expected)} up to here are missing"
             )
+    return files, problems
+
+
+def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> QueueInfo:
+    """One queue's files in order: entries up to the first invalid unit, pre-blank units, stale units."""
+    file_size = cfg.cq_file_size
+    files, problems = _queue_files(directory, file_size)
+    entries = pre_blank = stale = 0
+    min_offset = max_offset = None
+    ended_in = None  # file where the queue's valid units end
     for entry in files:
         start = int(entry.name)
         with open(entry.path, "rb") as f:
@@ -329,8 +340,8 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
             stale += _nonzero_units(units)
             problems.append(f"{entry.name}: after the queue's end in {ended_in}")
             continue
-        n = valid_prefix(units)
-        blank = (units["offset"][:n] == 0) & (units["size"][:n] == CQ_BLANK_SIZE)
+        n = CONSUME_QUEUE.valid_prefix(units)
+        blank = is_pre_blank(units[:n])
         real = np.flatnonzero(~blank)
         later_blanks = int(blank.sum())
         if min_offset is None:
@@ -373,7 +384,7 @@ def _index_files(directory: Path, cfg: BrokerConfig, problems: list[str], requir
     expected_size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
     for entry in _listing(directory, problems, required):
         if not entry.is_file() or entry.is_symlink():
-            problems.append(f"index/{printable(entry.name)}: not a file; skipped")
+            problems.append(f"{INDEX}/{printable(entry.name)}: not a file; skipped")
             continue
         file_problems = []
         if not is_index_name(entry.name):
@@ -387,7 +398,7 @@ def _index_files(directory: Path, cfg: BrokerConfig, problems: list[str], requir
         with open(entry.path, "rb") as f:
             raw = f.read(INDEX_HEADER_SIZE)
         if len(raw) < INDEX_HEADER_SIZE:
-            problems.append(f"index/{entry.name}: shorter than the {INDEX_HEADER_SIZE}-byte header; skipped")
+            problems.append(f"{INDEX}/{entry.name}: shorter than the {INDEX_HEADER_SIZE}-byte header; skipped")
             continue
         h = IndexHeader.unpack(raw)
         if not 1 <= h.index_count <= cfg.maxIndexNum:

@@ -19,6 +19,7 @@ from storelib.errors import HostileNameError
 
 COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"
+BATCH_CONSUMEQUEUE = "batchconsumequeue"  # 5.0+
 INDEX = "index"
 CHECKPOINT = "checkpoint"
 ABORT = "abort"
@@ -76,12 +77,13 @@ def validate_topic(topic: str, where: str = "") -> str:
     return topic
 
 
-def queue_dir(topic: str, queue_id: int) -> str:
-    """``consumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
+def queue_dir(topic: str, queue_id: int, root: str = CONSUMEQUEUE) -> str:
+    """``consumequeue/<topic>/<queueId>`` (or under ``root``, e.g. batchconsumequeue/) relative path, after
+    validating both parts."""
     validate_topic(topic)
     if not 0 <= queue_id <= INT32_MAX:
         raise HostileNameError(f"illegal queueId {queue_id} for topic {topic!r}")
-    return f"{CONSUMEQUEUE}/{topic}/{queue_id}"
+    return f"{root}/{topic}/{queue_id}"
 
 
 def commitlog_file(name: str) -> str:

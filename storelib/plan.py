@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from posixpath import dirname
 from typing import Any
 
-from storelib.findings import Finding, blocks_recover, is_divergence, is_repairable
+from storelib.findings import KINDS, Finding, blocks_recover, is_divergence, is_repairable
+from storelib.layout import CHECKPOINT
 
-#: findings the checkpoint step answers: the rewritten checkpoint moves crash recovery's start past them
-CHECKPOINT_KINDS = ("recovery-would-truncate", "index-deleted-on-recovery", "checkpoint-unreadable", "checkpoint-ahead")
-CHECKPOINT = "checkpoint"
+#: the kinds the checkpoint step answers (``Kind.by_checkpoint``)
+CHECKPOINT_KINDS = tuple(name for name, kind in KINDS.items() if kind.by_checkpoint)
 ACTIONS = ("replace", "create", "delete", "truncate")
 
 
@@ -53,7 +53,7 @@ def recover_plan(
 ) -> Plan:
     """The audit's repairs less the queues the broker would stop reading (``stopping``, found in the rebuilt
     files), the torn commitlog tail when ``truncate`` (``--truncate-torn-tail``), then the checkpoint whenever
-    another file changes or a CHECKPOINT_KINDS finding stands."""
+    another file changes or a finding the checkpoint answers stands."""
     kept = [r for r in repairs if dirname(r["file"]) not in stopping]
     steps = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in kept]
     notes = [
@@ -68,7 +68,7 @@ def recover_plan(
             notes.append(
                 f"torn commitlog tail in {f.file} at file offset {f.file_offset}: left alone (--truncate-torn-tail)"
             )
-    if steps or any(f.kind in CHECKPOINT_KINDS for f in findings):
+    if steps or any(KINDS[f.kind].by_checkpoint for f in findings):
         steps.append(Step("replace", CHECKPOINT, "checkpoint for the rebuilt index"))
     notes += [
         f"{f.kind} {f.file}: not something recover changes ({f.message})"

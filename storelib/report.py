@@ -9,14 +9,12 @@ from typing import Any
 
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
-from storelib.findings import SEVERITIES, Finding, finding_order
+from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
 from storelib.segments import Segment, SegmentSummary, max_offset
 
 REBUILD_FORMAT = "rmq-store-rebuild/1"
 REBUILD_REPORT = "rebuild.json"
 AUDIT_FORMAT = "rmqstore-audit/1"
-#: findings that make a run's result incomplete: parts of the store were not read
-INCOMPLETE_KINDS = ("unreadable-file", "hostile-name", "hostile-topic-name", "store-in-use")
 
 
 def segment_row(s: Segment, summary: SegmentSummary) -> dict[str, Any]:
@@ -72,7 +70,7 @@ def audit_summary(findings: list[Finding], exit_code: int, counts: dict[str, Any
         "findings": len(findings),
         **{s: severities[s] for s in SEVERITIES},
         "kinds": dict(sorted(collections.Counter(f.kind for f in findings).items())),
-        "complete": not any(f.kind in INCOMPLETE_KINDS for f in findings),
+        "complete": not any(KINDS[f.kind].incomplete for f in findings),
         **counts,
     }
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
+from storelib.findings import BODY_CRC, KINDS, PROPERTY_CRC, STOPS
 from storelib.versions import Releases, parse_version
 
 #: start segment rules (``CommitLog.recoverNormally`` / ``recoverAbnormally``)
@@ -24,9 +25,6 @@ THIRD_LAST = "third-last"  # mappedFiles.size() - 3, at least 0
 CQ_OFFSET = "cq-offset"  # the last segment starting at or before maxPhyOffsetOfConsumeQueue, else the first
 TIMESTAMP = "timestamp"  # the last whose first storeTimestamp is not 0 and <= the checkpoint's min timestamp
 MATCHED = "matched"  # the last whose first record the ConsumeQueueStore and the IndexService accept
-#: rebuild findings at which ``checkMessageAndReturnSize`` fails (CRC checked on recovery; ``segment-*``: a bad
-#: magic code, a record cut short, or a segment of the wrong size)
-RECOVERY_STOPS = ("crc-mismatch", "crc-property-mismatch", "length-mismatch", "bad-delay-level")
 #: ``commitLogRecoverMaxNum`` of 0 or less means this many
 DEFAULT_RECOVER_MAX_NUM = 10
 #: RocketMQ's defaults
@@ -96,11 +94,12 @@ def recovery_rules(version: str) -> RecoveryRules:
 def stops_recovery(kind: str, cfg: BrokerConfig) -> bool:
     """Whether ``CommitLog.checkMessageAndReturnSize`` rejects such a record at recovery: with
     ``checkCRCOnRecover`` it checks BODYCRC, or instead the ``__CRC32#`` property when ``forceVerifyPropCRC``."""
-    if kind == "crc-mismatch":
+    rule = KINDS[kind].recovery
+    if rule == BODY_CRC:
         return cfg.checkCRCOnRecover and not cfg.forceVerifyPropCRC
-    if kind == "crc-property-mismatch":
+    if rule == PROPERTY_CRC:
         return cfg.checkCRCOnRecover and cfg.forceVerifyPropCRC
-    return kind in RECOVERY_STOPS or kind.startswith("segment-")
+    return rule == STOPS
 
 
 def index_deleted(abort: bool, end_timestamp: int, checkpoint: Checkpoint | None) -> bool:

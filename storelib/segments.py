@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 
 from storelib.commitlog import (
     COMMITLOG_FRAMING,
-    DAMAGE_CRC,
     DAMAGE_LENGTH,
     DLEDGER_FRAMING,
     END_BLANK,
@@ -31,15 +30,10 @@ from storelib.commitlog import (
     Framing,
 )
 from storelib.config import BrokerConfig
-from storelib.dledger import ENTRY_DAMAGE, ENTRY_INDEX, ENTRY_TERM
-from storelib.findings import Finding, finding
+from storelib.dledger import ENTRY_INDEX, ENTRY_TERM
+from storelib.findings import KINDS, Finding, finding
 from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 from storelib.versions import RuleInputs
-
-#: damage to one record: reported, never a reason to stop or skip a segment
-RECORD_DAMAGE = (DAMAGE_CRC, DAMAGE_LENGTH, "bad-delay-level", *ENTRY_DAMAGE)
-#: damage of a record that still frames and is dispatched
-KEPT_DAMAGE = (DAMAGE_CRC, "crc-property-mismatch", *ENTRY_DAMAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,13 +211,18 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     return findings
 
 
+def segment_errors(findings: Iterable[Finding]) -> list[Finding]:
+    """The errors that stop a run or leave segments out: every error but damage to one record."""
+    return [f for f in findings if f.severity == "error" and not KINDS[f.kind].record_damage]
+
+
 def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
     """One finding per damaged record: a CRC mismatch (or a DLedger entry header out of line) is kept, it frames
     correctly; the others are not. Then the DLedger entries that do not follow the previous segment's last."""
     out = []
     for seg in segments:
         for d in summaries[seg.name].damage:
-            kept = d.kind in KEPT_DAMAGE
+            kept = KINDS[d.kind].kept
             what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
             out.append(
                 finding(

@@ -12,26 +12,10 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from storelib.findings import KINDS
-from storelib.plan import CHECKPOINT_KINDS
+from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
+from storelib.findings import AREA_CQ, AREAS, KINDS
+from storelib.layout import CHECKPOINT, COMMITLOG
 
-#: findings that make the broker's DefaultMessageStore.load() fail: it exits instead of starting
-START_FAILS = {
-    "cq-torn-file": "a ConsumeQueue file has the wrong length",
-    "segment-size": "a commitlog segment has the wrong size",
-}
-#: what to do when recover refuses because of a finding (storelib.findings.Kind.blocks_recover)
-BLOCKED_NEXT = {
-    "rebuilt-stale": "rebuild the index from the store as it is now, then audit again",
-    "store-in-use": "stop the broker, then audit again",
-    "unreadable-file": "make every store file readable, then audit again",
-    "segments-skipped": "damaged segments were left out of the rebuilt index: recover cannot vouch for them",
-    "hostile-topic-name": "a record's topic is not a legal name: its queue cannot be written back",
-}
-#: one line per area of the store, in this order
-AREAS = ("commitlog", "ConsumeQueue", "IndexFile", "checkpoint and abort", "this audit")
-_AREA_OF = {"cq-": "ConsumeQueue", "index-": "IndexFile", "checkpoint-": "checkpoint and abort"}
-_RUN_KINDS = ("store-in-use", "rebuilt-stale", "unreadable-file", "hostile-name", "stray-file", "segments-skipped")
 BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
 
 
@@ -63,18 +47,9 @@ def where(f: Mapping[str, Any]) -> str:
         return f"{queue_name(f)} at queue offset {f['queue_offset']:,}"
     if f.get("topic") is not None:
         return queue_name(f)
-    if f.get("commitlog_offset") is not None and f["file"].startswith("commitlog/"):
+    if f.get("commitlog_offset") is not None and f["file"].startswith(COMMITLOG + "/"):
         return f"commitlog offset {f['commitlog_offset']:,}"
     return {"": "the store", "index": "the IndexFiles"}.get(f["file"], f["file"])
-
-
-def area(kind: str) -> str:
-    """The part of the store a finding kind is about (one line of the verdict per area)."""
-    if kind in _RUN_KINDS or kind.startswith("hostile-"):
-        return "this audit"
-    if kind == "abort-marker":
-        return "checkpoint and abort"
-    return next((a for prefix, a in _AREA_OF.items() if kind.startswith(prefix)), "commitlog")
 
 
 # --- what the broker does -------------------------------------------------------------------------
@@ -107,9 +82,9 @@ def truncation(report: Mapping[str, Any], messages_lost: int | None) -> dict[str
 def broker_outcome(report: Mapping[str, Any], cut: Mapping[str, Any] | None) -> tuple[str, str]:
     """(``start``/``refuse``/``truncate``/``unknown``, one sentence): the broker started on this store now."""
     kinds = {f["kind"] for f in report["findings"]}
-    if report["summary"]["exit_code"] == 2 or "rebuilt-stale" in kinds:
+    if report["summary"]["exit_code"] == EXIT_CANNOT or "rebuilt-stale" in kinds:
         return "unknown", "Could not audit this store, so what the broker would do with it is not known."
-    fails = [why for kind, why in START_FAILS.items() if kind in kinds]
+    fails = [k.start_fails for name, k in KINDS.items() if k.start_fails and name in kinds]
     if fails:
         return "refuse", f"The broker refuses to start on this store: {'; '.join(fails)}, so load() fails."
     crash = "abort-marker" in kinds
@@ -148,7 +123,7 @@ def problem_lines(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One line per area with divergences: how many of each kind, where the first one is, whether recover fixes it."""
     by_area: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for f in divergences(report):
-        by_area[area(f["kind"])].append(f)
+        by_area[KINDS[f["kind"]].area].append(f)
     out = []
     for name in AREAS:
         found = by_area.get(name)
@@ -173,7 +148,7 @@ def _kind_phrase(kind: str, found: list[dict[str, Any]]) -> str:
     first = found[0]
     entries = (
         f", {plural(first['count'], 'entry', 'entries')}"
-        if kind.startswith("cq-") and first.get("count") and len(found) == 1
+        if KINDS[kind].area == AREA_CQ and first.get("count") and len(found) == 1
         else ""
     )
     more = f" and {len(found) - 1} more" if len(found) > 1 else ""
@@ -190,14 +165,14 @@ def _scope(f: Mapping[str, Any]) -> str:
 
 
 def resolves(step: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The repairable findings a step of recover's plan fixes: the checkpoint step those of CHECKPOINT_KINDS, a file
+    """The repairable findings a step of recover's plan fixes: the checkpoint step those it answers, a file
     step those in its file, its queue's directory, or a directory holding it (``index`` for store-wide lookups)."""
     out = []
     for f in findings:
         if not repairable(f):
             continue
-        if f["kind"] in CHECKPOINT_KINDS:
-            hit = step["file"] == "checkpoint"
+        if KINDS[f["kind"]].by_checkpoint:
+            hit = step["file"] == CHECKPOINT
         else:
             scope = _scope(f)
             hit = step["file"] == scope or step["file"].startswith(scope + "/")
@@ -250,7 +225,7 @@ def recover_advice(report: Mapping[str, Any], steps: list[dict[str, Any]]) -> di
     blocking = [f["kind"] for f in report["findings"] if KINDS[f["kind"]].blocks_recover]
     why_not = None
     if blocking:
-        why_not = "; ".join(dict.fromkeys(BLOCKED_NEXT[k] for k in blocking))
+        why_not = "; ".join(dict.fromkeys(KINDS[k].refusal for k in blocking))
     elif "://" in store and not store.startswith("file://"):
         why_not = "recover changes local stores only: run it on the broker's host, on the store's own disk"
     elif not any(s["resolves"] for s in steps):
@@ -322,7 +297,7 @@ def closing_line(after: Mapping[str, Any]) -> tuple[str, int]:
     """recover's last line and exit code, from the re-audit's report: 0 exactly when no repairable finding is left."""
     left = [f for f in after["findings"] if repairable(f)]
     stays = collections.Counter(f["kind"] for f in divergences(after) if not repairable(f))
-    code = 1 if left else 0
+    code = EXIT_FINDINGS if left else EXIT_OK
     kept = ", ".join(f"{k}{' ×' + str(n) if n > 1 else ''}" for k, n in stays.items())
     line = f"recover: re-audit: {plural(len(left), 'repairable finding')} left"
     if kept:

@@ -16,9 +16,10 @@ from storelib.audit import (
     classify_queue,
     index_entries,
 )
+from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.checkpoint import Checkpoint
 from storelib.config import load_broker_config
-from storelib.consumequeue import encode_units
+from storelib.consumequeue import CONSUME_QUEUE, QueueFormat, encode_units
 from storelib.findings import finding, is_divergence
 from storelib.indexfile import IndexFileReader, lookup_reachable, query_offsets
 from storelib.javahash import index_key_hash, java_hash
@@ -397,20 +398,23 @@ def test_unreadable_or_vanished_queue_file_is_reported(tmp_path) -> None:
     assert out["unreadable"] and out["findings"][0]["kind"] == "unreadable-file"
 
 
-def test_hostile_topic_directory_names_are_reported_not_read(tmp_path) -> None:
+@pytest.mark.parametrize("fmt", [CONSUME_QUEUE, BATCH_CONSUME_QUEUE], ids=lambda f: f.name)
+def test_hostile_topic_directory_names_are_reported_not_read(tmp_path, fmt: QueueFormat) -> None:
+    """One lister for both kinds of queue: hostile names, names that are not UTF-8 and links are reported."""
     import os
 
     from jobs.pipeline.listing import list_queues
 
-    cq = tmp_path / "consumequeue"
+    cq = tmp_path / fmt.dir
     (cq / "Good" / "0").mkdir(parents=True)
     (cq / "Good" / "0" / "00000000000000000000").write_bytes(bytes(8000))
     (cq / "bad topic; rm -rf").mkdir()
     (cq / "Good" / "..x").mkdir()
     os.mkdir(bytes(cq) + b"/\xff\xfe")
-    queues, findings = list_queues(str(tmp_path))
+    (cq / "Linked").symlink_to(cq / "Good")
+    queues, findings = list_queues(str(tmp_path), fmt)
     assert list(queues) == [("Good", 0)]
-    assert sorted(f.kind for f in findings) == ["hostile-name"] * 3
+    assert sorted(f.kind for f in findings) == ["hostile-name"] * 4
 
 
 @pytest.mark.skipif(__import__("os").geteuid() == 0, reason="running as root: file permissions do not bite")

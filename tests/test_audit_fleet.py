@@ -34,13 +34,17 @@ def test_a_fleet_in_one_application_each_store_its_report_and_row_the_worst_exit
     assert "audit: 3 stores: 2 clean, 0 divergent, 1 could not be audited; exit code 2" in out
 
 
-def test_stores_lists_and_globs_in_order_each_once(tmp_path) -> None:
+def test_stores_lists_globs_and_named_roots_in_order_each_once(tmp_path) -> None:
     from jobs.audit import expand_stores
 
     for name in ("b", "a", "c"):
         (tmp_path / name).mkdir()
-    got = expand_stores(f"{tmp_path}/c, {tmp_path}/[ab],,s3a://bucket/x, {tmp_path}/a")
-    assert got == [f"{tmp_path}/c", f"{tmp_path}/a", f"{tmp_path}/b", "s3a://bucket/x"]
+    got = expand_stores(f"{tmp_path}/c, {tmp_path}/[ab],,s3a://bucket/x, {tmp_path}/a, broker-d=s3a://b/d/store")
+    roots = [f"{tmp_path}/c", f"{tmp_path}/a", f"{tmp_path}/b", "s3a://bucket/x"]
+    assert got == {**{default_store_id(r): r for r in roots}, "broker-d": "s3a://b/d/store"}
+    assert list(got.values()) == [*roots, "s3a://b/d/store"]
+    # a named root keeps its id (the one a single-store --store-id gave it); its first mention wins
+    assert expand_stores("a=/x/store, b=/x/store, a=/y/store") == {"a": "/x/store", "b": "/x/store"}
 
 
 def test_stores_refuses_options_that_name_one_store(tmp_path, capsys) -> None:

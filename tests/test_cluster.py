@@ -202,7 +202,8 @@ def default_store(cluster: Cluster) -> Path:
     return store
 
 
-def test_nightly_script_on_the_cluster(cluster: Cluster, default_store: Path):
+def test_nightly_script_audits_a_fleet_on_the_cluster(cluster: Cluster, default_store: Path):
+    """Two stores (the same bytes under two ids) in one application: a row and a report each, exit 0."""
     base = cluster.new_dir("nightly-run")
     env = {
         **cluster.env,
@@ -214,14 +215,17 @@ def test_nightly_script_on_the_cluster(cluster: Cluster, default_store: Path):
         "ALERT_CMD": "echo ALERT:",
         "BROKER_CONFIG": str(default_store.parent / "broker.conf"),
     }
-    script = [str(ROOT / "conf" / "nightly-audit.sh"), "broker-a", str(default_store)]
+    script = [str(ROOT / "conf" / "nightly-audit.sh"), f"broker-a={default_store},broker-b={default_store}"]
     done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
     assert done.returncode == 0, failed(done)
-    assert "rmqstore audit broker-a: clean" in done.stdout
+    assert "rmqstore nightly audit: every store clean" in done.stdout
+    assert "audit: 2 stores: 2 clean, 0 divergent, 0 could not be audited; exit code 0" in done.stdout
     summaries = [r for r in delta_rows(base / "history") if r["row_type"] == "summary"]
-    assert [(r["store"], r["exit_code"], r["errors"], r["warnings"]) for r in summaries] == [("broker-a", 0, 0, 0)]
-    (report,) = (base / "reports" / "broker-a").iterdir()
-    assert json.loads((report / "report.json").read_text())["summary"]["exit_code"] == 0
+    got = sorted((r["store"], r["exit_code"], r["errors"], r["warnings"]) for r in summaries)
+    assert got == [("broker-a", 0, 0, 0), ("broker-b", 0, 0, 0)]
+    (run,) = (base / "reports").iterdir()
+    for store_id in ("broker-a", "broker-b"):
+        assert json.loads((run / store_id / "report.json").read_text())["summary"]["exit_code"] == 0
 
 
 # --- settings layers and the console (spark-submit and rmqstore on local[1]: no cluster needed) ----------------

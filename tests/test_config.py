@@ -114,10 +114,21 @@ def test_fixture_broker_conf(fixture_cfg: BrokerConfig) -> None:
         # only space, tab and form feed are blanks
         ("\f\ta\f=\fb", {"a": "b"}),
         ("\u3000a=b\xa0", {"\u3000a": "b\xa0"}),
+        # escapes, as Properties.load reads them: \uXXXX, \t..., an escaped separator or blank in a key
+        ("brokerName=caf\\u00e9\\tbar", {"brokerName": "caf\u00e9\tbar"}),
+        ("k\\ e\\=y\\:=v", {"k e=y:": "v"}),
+        ("\\u0061=\\#\\!", {"a": "#!"}),
     ],
 )
 def test_java_properties_syntax(text: str, expected: dict[str, str]) -> None:
     assert parse_properties(text) == expected
+
+
+def test_a_malformed_unicode_escape_names_the_file(tmp_path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=\\u00zz\n")
+    with pytest.raises(ConfigError, match=f"{conf}.*malformed"):
+        load_broker_config(conf)
 
 
 # --- round trip of a generated broker.conf -------------------------------------------------

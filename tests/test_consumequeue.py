@@ -10,14 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storelib import batchcq
 from storelib.consumequeue import (
+    CONSUME_QUEUE,
     QueueFiles,
     QueueFinding,
     build_queue_files,
     decode_units,
     encode_units,
     file_start,
-    valid_prefix,
+    is_pre_blank,
 )
 from tests.roundtrip import assert_roundtrip
 
@@ -68,12 +70,34 @@ def test_file_start(queue_offset: int, file_size: int, start: int) -> None:
 
 
 def test_valid_prefix_is_the_recover_rule() -> None:
+    valid_prefix = CONSUME_QUEUE.valid_prefix
     data = UNIT + PRE_BLANK + unit(5, 1, 0) + unit(-1, 5, 0) + UNIT
     assert valid_prefix(decode_units(data)) == 3  # offset < 0 ends the queue
     assert valid_prefix(decode_units(UNIT + unit(5, 0, 9) + UNIT)) == 1  # size 0 ends it
     assert valid_prefix(decode_units(UNIT + unit(5, -3, 9))) == 1
     assert valid_prefix(decode_units(UNIT + ZERO_UNIT + UNIT)) == 1
     assert valid_prefix(decode_units(UNIT * 3)) == 3
+
+
+def test_pre_blank_is_the_unit_fill_pre_blank_writes() -> None:
+    units = decode_units(PRE_BLANK + UNIT + unit(0, 0x7FFFFFFF, 1) + ZERO_UNIT)
+    assert is_pre_blank(units).tolist() == [True, False, False, False]
+    assert CONSUME_QUEUE.valid(units).tolist() == [True, True, True, False]  # recover keeps pre-blank units
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kept"),
+    [(None, 0, 3), ("offset", -1, 1), ("size", 0, 1), ("msg_base_offset", -1, 1), ("batch_size", 0, 1)],
+)
+def test_batch_queue_recover_rule(field: str | None, value: int, kept: int) -> None:
+    """``BatchConsumeQueue.recover`` keeps units while offset >= 0, size > 0, msgBaseOffset >= 0, batchSize > 0."""
+    base = np.array([0, 3, 4])
+    args = [np.array([100, 200, 300]), np.full(3, 50, np.int32), np.zeros(3), np.zeros(3), base, np.array([3, 1, 2])]
+    units = batchcq.decode_units(batchcq.encode_units(*args)).copy()
+    if field is not None:
+        units[field][1] = value
+    assert batchcq.BATCH_CONSUME_QUEUE.valid_prefix(units) == kept
+    assert CONSUME_QUEUE.dir == "consumequeue" and batchcq.BATCH_CONSUME_QUEUE.dir == "batchconsumequeue"
 
 
 # --- building a queue's files -------------------------------------------------------------------

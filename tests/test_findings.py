@@ -11,7 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storelib.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
-from storelib.findings import KINDS, Finding, blocks_recover, finding, finding_order, is_repairable
+from storelib.findings import (
+    AREA_COMMITLOG,
+    AREAS,
+    KINDS,
+    SEVERITIES,
+    Finding,
+    blocks_recover,
+    finding,
+    finding_order,
+    is_repairable,
+)
 from tests.roundtrip import assert_roundtrip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,3 +111,13 @@ def test_findings_sort_worst_first() -> None:
     error = finding("cq-wrong-entries", "b", "", queue_offset=5)
     warning = finding("cq-dirty-tail", "a", "")
     assert sorted([info, warning, error], key=finding_order) == [error, warning, info]
+
+
+def test_the_facts_of_each_kind_agree() -> None:
+    for name, k in KINDS.items():
+        assert k.area in AREAS and k.severity in SEVERITIES, name
+        assert not k.kept or k.record_damage, f"{name}: only damage to one record is kept"
+        assert not (k.blocks_recover and k.repairable), f"{name}: recover cannot both refuse and repair"
+        assert not k.start_fails or k.severity == "error", f"{name}: a store the broker refuses is an error"
+        assert not k.record_damage or k.area == AREA_COMMITLOG, name
+    assert {name for name, k in KINDS.items() if k.recovery} >= {n for n in KINDS if n.startswith("segment-")}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import cli
 from jobs import generate as generate_job
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
@@ -28,6 +29,7 @@ from storelib.constants import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from storelib.errors import RmqStoreError
 from storelib.generate import (
     LONG_TOPIC,
     PRESETS,
@@ -296,9 +298,14 @@ def test_refuses_an_existing_store_and_impossible_settings_and_keeps_the_last_se
 
 
 def run_verb(*argv: str) -> int:
+    """``rmqstore generate ARGV``'s exit code, an error said and mapped as the CLI does (jobs.cli.failed; not
+    cli.main, which stops the test session's Spark)."""
     p = argparse.ArgumentParser()
     generate_job.add_arguments(p)
-    return generate_job.run(p.parse_args(argv))
+    try:
+        return generate_job.run(p.parse_args(argv))
+    except (RmqStoreError, OSError) as exc:
+        return cli.failed("generate", list(argv), exc)
 
 
 def test_parse_size_and_body_size():

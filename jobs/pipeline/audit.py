@@ -34,7 +34,7 @@ from storelib.audit import Scope, audit_scope, check_commitlog, restart_of, stal
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
-from storelib.findings import Finding, is_divergence
+from storelib.findings import KINDS, Finding, is_divergence
 from storelib.plan import recover_plan
 from storelib.report import AUDIT_FORMAT, REBUILD_REPORT, audit_summary, sorted_findings
 from storelib.restart import Restart, SegmentFacts, releases_by_rules
@@ -45,8 +45,6 @@ from udfs.audit import read_checkpoint
 from udfs.fs import join, read_file, resolve
 
 DEFAULT_INDEX_SAMPLE = 200_000
-#: findings of rebuild.json that come from building the index, not from scanning the commitlog
-REBUILD_KINDS = ("duplicate-queue-offset", "queue-offset-gap", "segments-skipped", "hostile-topic-name")
 
 
 @dataclasses.dataclass
@@ -164,7 +162,7 @@ def _audit(
     """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
     a.segments, a.summaries = audited, summaries
     a.findings = listing + judge_ends(audited, summaries) + damage_findings(audited, summaries)
-    a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if f["kind"] in REBUILD_KINDS]
+    a.findings += [Finding.from_dict(f) for f in a.rebuild_report["findings"] if KINDS[f["kind"]].index_build]
     described = [s for s in a.rebuild_report["commitlog"]["segments"] if s["start"] >= a.scope.start]
     stale = stale_finding(described, summaries)
     if stale:

@@ -1,7 +1,8 @@
 """The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it.
 
 ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
-units in batchconsumequeue/) through ``audit_batch_queue`` below, which runs on the executors too.
+units in batchconsumequeue/) through udfs.audit_batch.audit_batch_queue. Both are listed by one lister
+(jobs.pipeline.listing.list_queues over their storelib.consumequeue.QueueFormat).
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import pyarrow.fs as pafs
 from pyspark.sql import types as T
 
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueAudit, classify_batch_queue, queue_repairs
-from storelib.batchcq import BATCH_CONSUMEQUEUE, batch_queue_dir
+from storelib.audit import QueueAudit, queue_repairs
+from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
-from storelib.consumequeue import decode_units, valid_prefix
+from storelib.consumequeue import CONSUME_QUEUE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
-from storelib.layout import CONSUMEQUEUE, is_valid_topic, parse_offset_name, parse_queue_id, queue_dir
+from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
+from udfs.audit_batch import audit_batch_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
@@ -100,43 +102,11 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
     return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
 
 
-def list_batch_queues(store: str) -> dict[tuple[str, int], list[str]]:
-    """batchconsumequeue/<topic>/<queueId>/<20-digit start>: {(topic, queueId): file names}; other names are
-    not BatchConsumeQueue files and are left out."""
-    fs, root = resolve(store)
-    base = join(root, BATCH_CONSUMEQUEUE)
-    out: dict[tuple[str, int], list[str]] = {}
-    for info in list_files(fs, base, recursive=True):
-        parts = info.path[len(base) + 1 :].split("/")
-        if len(parts) == 3 and is_valid_topic(parts[0]) and parse_offset_name(parts[2]) is not None:
-            queue_id = parse_queue_id(parts[1])
-            if queue_id is not None:
-                out.setdefault((parts[0], queue_id), []).append(parts[2])
-    return out
-
-
-def audit_batch_queue(
-    key: tuple[str, int],
-    names: tuple[list[str], list[str]],
-    store: str,
-    rebuilt: str,
-    cfg: BrokerConfig,
-    cl: tuple[int, int],
-) -> dict[str, Any]:
-    """On an executor: one BatchConsumeQueue's live and rebuilt files read and classified (QueueAudit fields)."""
-    rel = batch_queue_dir(*key)
-
-    def read(uri: str, files: list[str]) -> dict[str, bytes]:
-        fs, root = resolve(uri)
-        return {n: read_file(fs, join(root, rel, n)) for n in files}
-
-    qa = classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)
-    return {"findings": [f.to_dict() for f in qa.findings], "row": qa.row, "write": qa.write, "delete": qa.delete}
-
-
 def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
     """Every BatchConsumeQueue, live or rebuilt, one task each: findings and repairs into ``a``; their rows."""
-    live, built = list_batch_queues(a.store), list_batch_queues(a.rebuilt)
+    live, listing = list_queues(a.store, BATCH_CONSUME_QUEUE)
+    built, _ = list_queues(a.rebuilt, BATCH_CONSUME_QUEUE)
+    a.findings += listing
     keys = sorted(set(live) | set(built))
     if not keys:
         return []
@@ -151,7 +121,7 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
     out = []
     for (key, (live_names, _)), r in zip(tasks, results):
         a.findings += [Finding.from_dict(f) for f in r["findings"]]
-        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], batch_queue_dir(*key))
+        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], BATCH_CONSUME_QUEUE.queue_dir(*key))
         a.repairs += queue_repairs(qa, live_names)
         out.append(r["row"])
     return out
@@ -239,9 +209,9 @@ def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
     fs, root = resolve(rebuilt)
     stop = None
     for f in list_files(fs, join(root, queue_dir)):
-        units = decode_units(read_file(fs, f.path))
-        valid = (units["offset"] >= 0) & (units["size"] > 0)
-        first = valid_prefix(units) if stop is None else len(units)
+        units = CONSUME_QUEUE.decode(read_file(fs, f.path))
+        valid = CONSUME_QUEUE.valid(units)
+        first = CONSUME_QUEUE.valid_prefix(units) if stop is None else len(units)
         if first < len(units):
             stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
             valid = valid[first:]

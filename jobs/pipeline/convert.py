@@ -17,11 +17,10 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.rebuild import list_segments, publish, rebuild, scan_segments, store_rules
-from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.errors import BadInput, DamageStop
 from storelib.findings import Finding
-from storelib.layout import CHECKPOINT, CONSUMEQUEUE, INDEX
-from storelib.segments import RECORD_DAMAGE, damage_findings, judge_ends, settle_torn_tail
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, CONSUMEQUEUE, INDEX
+from storelib.segments import damage_findings, judge_ends, segment_errors, settle_torn_tail
 from udfs.convert import CONVERTED_SCHEMA, segment_converter
 from udfs.fs import join, resolve
 
@@ -55,7 +54,7 @@ def convert(run: Run, store: str, out: str) -> Converted:
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         summaries = settle_torn_tail(segments, scan_segments(run, segments, f"{work}/scratch"))
         findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)
-        errors = [f for f in findings if f.severity == "error" and f.kind not in RECORD_DAMAGE]
+        errors = segment_errors(findings)
         if errors or any(s.damage for s in summaries.values()):
             raise DamageStop("the source store is damaged; nothing was written (audit or recover it first)", findings)
         staging = f"{near}/out"

@@ -12,11 +12,11 @@ import pyarrow.fs as pafs
 
 from jobs.liveness import lock_held
 from storelib.config import BrokerConfig, load_store_config
+from storelib.consumequeue import CONSUME_QUEUE, QueueFormat
 from storelib.errors import BadInput
 from storelib.findings import Finding, finding
 from storelib.layout import (
     COMMITLOG,
-    CONSUMEQUEUE,
     INDEX,
     inside,
     is_index_name,
@@ -109,33 +109,34 @@ def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) 
     return sorted(out, key=lambda i: i.base_name)
 
 
-def list_queues(store: str) -> tuple[dict[tuple[str, int], dict[str, int]], list[Finding]]:
-    """consumequeue/<topic>/<queueId>/<file>: {(topic, queueId): {file name: size}}, and hostile names."""
+def list_queues(
+    store: str, fmt: QueueFormat = CONSUME_QUEUE
+) -> tuple[dict[tuple[str, int], dict[str, int]], list[Finding]]:
+    """``<fmt.dir>/<topic>/<queueId>/<file>``: {(topic, queueId): {file name: size}}, and the names that are not
+    read (hostile names, links, names that are not UTF-8, stray files)."""
     fs, root = resolve(store)
     findings: list[Finding] = []
     queues: dict[tuple[str, int], dict[str, int]] = {}
-    for t in _entries(fs, join(root, CONSUMEQUEUE), CONSUMEQUEUE, findings):
+    for t in _entries(fs, join(root, fmt.dir), fmt.dir, findings):
         if not is_valid_topic(t.base_name) or t.type != pafs.FileType.Directory:
-            rel = f"{CONSUMEQUEUE}/{t.base_name!r}"
-            findings.append(
-                finding("hostile-name", rel, f"{t.base_name!r} is not a legal topic directory name; not read")
-            )
+            message = f"{t.base_name!r} is not a legal topic directory name; not read"
+            findings.append(finding("hostile-name", f"{fmt.dir}/{t.base_name!r}", message))
             continue
-        rel = f"{CONSUMEQUEUE}/{t.base_name}"
+        rel = f"{fmt.dir}/{t.base_name}"
         for q in _entries(fs, t.path, rel, findings):
             queue_id = parse_queue_id(q.base_name)
             if queue_id is None or q.type != pafs.FileType.Directory:
                 message = "not a queueId directory; not read"
                 findings.append(finding("hostile-name", f"{rel}/{q.base_name!r}", message, topic=t.base_name))
                 continue
+            where = {"topic": t.base_name, "queue_id": queue_id}
             files = queues.setdefault((t.base_name, queue_id), {})
             for f in _entries(fs, q.path, f"{rel}/{q.base_name}", findings):
                 if parse_offset_name(f.base_name) is not None and f.type == pafs.FileType.File:
                     files[f.base_name] = f.size
                 else:
-                    where = f"{rel}/{q.base_name}/{f.base_name!r}"
-                    message = "not a ConsumeQueue file name; ignored"
-                    findings.append(finding("stray-file", where, message, topic=t.base_name, queue_id=queue_id))
+                    message = f"not a {fmt.name} file name; ignored"
+                    findings.append(finding("stray-file", f"{rel}/{q.base_name}/{f.base_name!r}", message, **where))
     return queues, findings
 
 

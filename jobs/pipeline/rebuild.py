@@ -36,7 +36,6 @@ from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.dledger import write_index as write_dledger_index
 from jobs.pipeline.listing import check_outside_store, segment_files
 from jobs.pipeline.progress import Progress
-from storelib.batchcq import BATCH_CONSUMEQUEUE
 from storelib.checkpoint import Checkpoint
 from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics
@@ -52,18 +51,26 @@ from storelib.indexfile import (
     index_file_size,
     needs_empty_tail_file,
 )
-from storelib.layout import CHECKPOINT, COMMITLOG, INDEX, deterministic_index_names, is_index_name
+from storelib.layout import (
+    BATCH_CONSUMEQUEUE,
+    CHECKPOINT,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    deterministic_index_names,
+    is_index_name,
+)
 from storelib.report import REBUILD_REPORT, build_rebuild_report
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
-    RECORD_DAMAGE,
     Segment,
     SegmentSummary,
     damage_findings,
     judge_ends,
     plan_parse_tasks,
     plan_segments,
+    segment_errors,
     settle_torn_tail,
 )
 from storelib.versions import (
@@ -403,7 +410,7 @@ def judge(
     Damage to one record is reported and loses only that record: it never stops or skips a segment.
     """
     findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)
-    errors = [f for f in findings if f.severity == "error" and f.kind not in RECORD_DAMAGE]
+    errors = segment_errors(findings)
     if not errors:
         return []
     if on_error == "stop":
@@ -456,7 +463,7 @@ def in_place(out: str) -> str:
     """Object stores: OUT itself, emptied of a previous rebuild, its rebuild.json (the commit) removed first, so
     a failed run leaves no rebuild.json and is never taken for a rebuild."""
     delete_tree(f"{out.rstrip('/')}/{REBUILD_REPORT}")
-    for part in ("checkpoint", "consumequeue", "index"):
+    for part in (CHECKPOINT, CONSUMEQUEUE, INDEX):
         delete_tree(f"{out.rstrip('/')}/{part}")
     return out
 
@@ -492,7 +499,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         report["broker_rules"] = run.broker_rules[store].to_dict()
         report["dledger_index_files"] = dledger_index_files
         sfs, spath = resolve(staging)
-        write_file(sfs, join(spath, "checkpoint"), checkpoint.pack())
+        write_file(sfs, join(spath, CHECKPOINT), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
         publish(staging, out)
     peak = max((s.worker_peak_rss for s in summaries.values()), default=0)

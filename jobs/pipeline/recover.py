@@ -38,10 +38,10 @@ from jobs.pipeline.listing import check_outside_store, real_path
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
-from storelib.errors import BadInput, Refused, RmqStoreError
+from storelib.errors import EXIT_CANNOT, EXIT_OK, BadInput, Refused, RmqStoreError
 from storelib.findings import blocks_recover, is_divergence
-from storelib.layout import inside, segment_dirs
-from storelib.plan import ACTIONS, CHECKPOINT, Plan, Step, recover_plan
+from storelib.layout import ABORT, CHECKPOINT, inside, segment_dirs
+from storelib.plan import ACTIONS, Plan, Step, recover_plan
 from storelib.verdict import closing_line, plan_lines
 from udfs.fs import join, read_file, resolve
 
@@ -65,7 +65,7 @@ def check_stopped(store: str) -> None:
         raise Refused(f"{root} has no commitlog directory, nor a DLedger one: not a store root")
     if lock_held(store):
         raise Refused(f"{root / 'lock'} is locked by another process: the broker is running; stop it first")
-    if (root / "abort").exists():
+    if (root / ABORT).exists():
         alive = broker_processes(store)
         if alive:
             raise Refused(
@@ -95,8 +95,8 @@ def plan(result: AuditResult, truncate_torn_tail: bool) -> Plan:
 def _checkpoint(store: str, rebuilt: str) -> bytes:
     """The rebuilt checkpoint's timestamps; the 5.x offsets kept from the live one."""
     fs, root = resolve(rebuilt)
-    new = Checkpoint.unpack(read_file(fs, join(root, "checkpoint")))
-    path = local_path(store) / "checkpoint"
+    new = Checkpoint.unpack(read_file(fs, join(root, CHECKPOINT)))
+    path = local_path(store) / CHECKPOINT
     old = Checkpoint.unpack(path.read_bytes()) if path.is_file() and path.stat().st_size == CHECKPOINT_SIZE else None
     return new.with_5x_fields_of(old).pack()
 
@@ -464,7 +464,7 @@ def recover(
     check_stopped(store)
     backup = check_backup_dir(store, backup_dir or default_backup_dir(store)) if do_apply else None
     before = audited or audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
-    if before.exit_code == 2:
+    if before.exit_code == EXIT_CANNOT:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
     planned = plan(before, truncate_torn_tail)
     steps = list(planned.steps)
@@ -472,11 +472,11 @@ def recover(
         print(f"  note: {note}")
     if not steps:
         print("recover: nothing to change")
-        return 0
+        return EXIT_OK
     print("\n".join(plan_lines(before.report, [s.to_dict() for s in steps], str(backup) if backup else None)))
     if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
-        return 0
+        return EXIT_OK
     check_stopped(store)
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")

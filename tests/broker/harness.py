@@ -30,6 +30,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from storelib.config import read_properties  # a broker.conf, as the broker reads it (Properties.load)
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
@@ -158,12 +161,6 @@ class BrokerStore:
 def read_jsonl(path: Path) -> list[dict]:
     """One JSON object per line."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """key=value lines of a broker.conf (comments and blank lines skipped)."""
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
-    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def sources_hash(version: str, variant: str) -> str:
@@ -490,14 +487,19 @@ def served(
 
 
 def served_key(version: str, store_dir: Path, settings: dict[str, str], queues: list[str]) -> str:
-    """What defines a served result: the version, the serve settings, the queues, the Java sources and a sha256
-    over every file of the store (relative path and bytes)."""
+    """What defines a served result: the version, the serve settings, the queues, the Java sources and the store's
+    bytes (`store_digest`)."""
     h = hashlib.sha256(json.dumps([version, settings, queues, LOOKUP_MAX], sort_keys=True).encode())
     for name in ("Workload.java", "Served.java"):
         h.update((HERE / name).read_bytes())
+    return hash_store(h, store_dir).hexdigest()[:24]
+
+
+def hash_store(h: Any, store_dir: Path) -> Any:
+    """`h` updated with every file of a store, in path order: its relative path and the sha256 of its bytes."""
     for path in sorted(p for p in store_dir.rglob("*") if p.is_file()):
         h.update(str(path.relative_to(store_dir)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:24]
+    return h
 
 
 def mark_delays_delivered(root: Path, levels: int) -> None:
@@ -523,18 +525,27 @@ def served_queues(root: Path) -> list[str]:
 
 
 def restarted(version: str, store_dir: Path, settings: dict[str, str] | None = None) -> list[str]:
-    """The store log of a broker started on a COPY of `store_dir` and stopped once it listens (its load():
-    commitlog, ConsumeQueue and IndexFile recovery). 5.x logs the store to rocketmqlogs/store.log, 4.9.7 (the
-    harness's one-appender logback) to broker.log. `settings` defaults to the broker.conf beside the store."""
+    """The store log of a broker started on a COPY of `store_dir` and stopped once it listens and has logged the end
+    of its load() ("load over": commitlog, ConsumeQueue and IndexFile recovery). 5.x logs the store to
+    rocketmqlogs/store.log, 4.9.7 (the harness's one-appender logback) to broker.log. `settings` defaults to the
+    broker.conf beside the store. The log is cached in <cache>/restarted/ under the version, the settings and the
+    store's bytes: the same bytes started the same way start no broker."""
     settings = settings or read_properties(store_dir.parent / "broker.conf")
+    key = hash_store(hashlib.sha256(json.dumps([version, settings, JVM_OPTS], sort_keys=True).encode()), store_dir)
+    cached = CACHE / "restarted" / f"{key.hexdigest()[:24]}.log"
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8").splitlines()
     run_dir = CACHE / "served-runs" / f"{version}-restart-{os.getpid()}-{time.time_ns()}"
+    logs = run_dir / "logs"
+    log = logs / "rocketmqlogs" / "store.log" if version >= "5" else logs / "broker.log"
     try:
         shutil.copytree(store_dir, run_dir / "store")
-        with running_broker(version, run_dir, settings):
-            pass
-        logs = run_dir / "logs"
-        log = logs / "rocketmqlogs" / "store.log" if version >= "5" else logs / "broker.log"
-        return log.read_text(encoding="utf-8", errors="replace").splitlines()
+        with running_broker(version, run_dir, settings):  # its log appender may write the line after it listens
+            wait_for("the store log's 'load over'", lambda: log.is_file() and b"load over" in log.read_bytes(), 60)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, run_dir / "store.log")
+        (run_dir / "store.log").replace(cached)
+        return cached.read_text(encoding="utf-8", errors="replace").splitlines()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
