@@ -1,5 +1,6 @@
 """One plan: ``rmqstore audit``'s report.json ``plan`` is what ``rmqstore recover`` prints in its dry run and what
-``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; storelib.plan alone."""
+``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; the dry run on every
+store the real brokers wrote for the suite (every harness variant of each version, ``broker``); storelib.plan alone."""
 
 from __future__ import annotations
 
