@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.dledger import write_index as write_dledger_index
@@ -151,8 +153,8 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
     holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
-    a broker in file mode reads topics.json only). Rules: ``--broker-version`` when given, else what the store's
-    clues say (storelib.versions.select).
+    a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
+    ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -163,11 +165,19 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
     topics_db = join(root, "config", "topics")
-    if store_type == "defaultRocksDB" and fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
-        topics |= set(rocksdb_batch_cq_topics(topics_db))
+    rocksdb_topics: tuple[str, ...] = ()
+    if (rocksdb or store_type == "defaultRocksDB") and fs.get_file_info(
+        join(topics_db, "CURRENT")
+    ).type == pafs.FileType.File:
+        rocksdb_topics = rocksdb_batch_cq_topics(topics_db)
+        topics |= set(rocksdb_topics) if store_type == "defaultRocksDB" else set()
     dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
     cfg = dataclasses.replace(
-        cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type, enableDLegerCommitLog=dledger
+        cfg,
+        batchCQTopics=tuple(sorted(topics)),
+        rocksdbBatchCQTopics=rocksdb_topics,
+        storeType=store_type,
+        enableDLegerCommitLog=dledger,
     )
     rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
     return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
@@ -324,7 +334,8 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, An
     run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
     try:
         written = (
-            runs.repartition("topic", "queue_id")
+            appended_at_write_position(runs, run.cfg.appended_topics)
+            .repartition("topic", "queue_id")
             .sortWithinPartitions("topic", "queue_id", "queue_offset")
             .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
         )
@@ -332,6 +343,20 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> list[dict[str, An
     finally:
         run.spark.conf.set(key, before) if before is not None else run.spark.conf.unset(key)
     return sorted(rows, key=lambda q: (q["topic"], q["queue_id"]))
+
+
+def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
+    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
+    (BrokerConfig.appended_topics): the queue's first unit stays at its record's queue offset, every later run
+    follows the one before (a run is consecutive units, whose records' queue offsets strictly increase)."""
+    if not topics:
+        return runs
+    queue = Window.partitionBy("topic", "queue_id")
+    before = queue.orderBy("queue_offset").rowsBetween(Window.unboundedPreceding, -1)
+    position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
+    return runs.withColumn(
+        "queue_offset", F.when(F.col("topic").isin(*topics), position).otherwise(F.col("queue_offset"))
+    )
 
 
 def write_index_files(

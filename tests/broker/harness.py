@@ -97,6 +97,7 @@ SERVE_SETTINGS = {
     "transactionCheckInterval": "86400000",
     "maxMsgsNumBatch": str(LOOKUP_MAX),
 }
+REPLAY_SECONDS = 10  # a replay's broker runs this long after it listens (its dispatch of ~1 MB takes < 1 s)
 DELIVERED = 1 << 40  # a delay queue offset past any store's end
 SENDS = 1200
 SEED = 7
@@ -549,6 +550,33 @@ def restarted(version: str, store_dir: Path, settings: dict[str, str] | None = N
         return cached.read_text(encoding="utf-8", errors="replace").splitlines()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def export_rocksdb_topics(version: str, root: Path) -> None:
+    """config/topics.json of a RocksDB-config store (5.x defaultRocksDB keeps topics in the RocksDB config/topics/),
+    written by the release's own `mqadmin rocksDBConfigToJson` in local mode: what a broker with storeType=default
+    reads instead (without it, it knows no topic and serves none)."""
+    out = root / "config" / "topics.json"
+    cmd = ["java", *JVM_OPTS, f"-Duser.home={root.parent}", "-cp", f"{broker_lib(version)}/*"]
+    cmd += ["org.apache.rocketmq.tools.command.MQAdminStartup", "rocksDBConfigToJson"]
+    _run_checked([*cmd, "-p", str(root / "config"), "-t", "topics", "-e", str(out)], 120)
+    if not out.is_file():
+        raise HarnessError(f"rocksDBConfigToJson wrote no {out}")
+
+
+def replayed(version: str, store_dir: Path, settings: dict[str, str]) -> Path:
+    """A copy of `store_dir` without consumequeue/ and batchconsumequeue/ that a broker started with `settings`
+    (SERVE_SETTINGS and commitLogRecoverMaxNum 1000 on top: its recovery starts at the first segment, so it dispatches
+    every record again) rebuilt and flushed at its shutdown; the copy's root (under served-runs/, the caller removes
+    it). Records the broker puts itself while it runs lie past the original commitlog's end."""
+    run_dir = CACHE / "served-runs" / f"{version}-replay-{os.getpid()}-{time.time_ns()}"
+    shutil.copytree(store_dir, run_dir / "store")
+    for name in ("consumequeue", "batchconsumequeue"):
+        shutil.rmtree(run_dir / "store" / name, ignore_errors=True)
+    mark_delays_delivered(run_dir / "store", len(settings["messageDelayLevel"].split()))
+    with running_broker(version, run_dir, {**settings, **SERVE_SETTINGS, "commitLogRecoverMaxNum": "1000"}):
+        time.sleep(REPLAY_SECONDS)
+    return run_dir / "store"
 
 
 def _store_queues(root: Path) -> list[str]:
