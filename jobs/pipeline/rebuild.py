@@ -48,6 +48,7 @@ from storelib.indexfile import (
     entries_per_file,
     index_file_plans,
     index_file_size,
+    key_hash_of,
     needs_empty_tail_file,
 )
 from storelib.layout import (
@@ -277,9 +278,9 @@ def _tag_keys_found(
     tagged: list[tuple[int, str, str]],
     cfg: BrokerConfig,
 ) -> tuple[int, int]:
-    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many its
-    ``topic#T#tags`` chain finds too: (found, checked). An IndexFile that does not fit the settings (the audit
-    names it) tells nothing."""
+    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many have a
+    ``topic#T#tags`` entry too: (found, checked). An IndexFile that does not fit the settings (the audit names it)
+    tells nothing."""
     readers: dict[int, IndexFileReader | None] = {}
     found = checked = 0
     for offset, uniq_key, tag_key in tagged:
@@ -288,10 +289,11 @@ def _tag_keys_found(
             continue
         if k not in readers:
             readers[k] = _index_reader(fs, index[k], cfg)
-        r, span = readers[k], (0, 1 << 62)
-        if r is not None and offset in r.select_phy_offsets(uniq_key, 64, *span):
+        r = readers[k]
+        hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
+        if hashes is not None:
             checked += 1
-            found += offset in r.select_phy_offsets(tag_key, 64, *span)
+            found += key_hash_of(tag_key) in hashes
     return found, checked
 
 
