@@ -12,10 +12,10 @@ STEP := bash conf/step.sh
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_GET := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q
 
-.PHONY: base setup java jars chromium run test test-quick lint bench dist clean
+.PHONY: base setup java jars cds chromium run test test-quick lint bench dist clean
 
 # base: what the jobs need (make run); setup adds the browser the report test renders in (make test)
-base: $(STAMP) java jars
+base: $(STAMP) java jars cds
 setup: base chromium
 
 $(STAMP): pyproject.toml
@@ -49,6 +49,13 @@ jars: $(STAMP) java
 		|| $(STEP) $(LOGS)/maven.log "Maven, to fetch the jars (apt-get install maven)" sh -c '$(APT_GET) maven'
 	@$(STEP) $(LOGS)/jars.log "Delta and S3A jars (conf/jars/jars.lock)" $(PY) -m jobs.jars
 
+# A class-data sharing archive of the local driver JVM (jobs/cds.py): dumped once per java and pyspark from one small
+# rebuild, under ~/.cache/rmq-store-rebuild/cds; sessions of a local master map it when present. Optional: without
+# it the driver loads its classes from the jars, as before.
+cds: jars
+	@$(PY) -m jobs.cds --check 2>/dev/null || $(STEP) $(LOGS)/cds.log "Class-data archive of the Spark driver (jobs/cds.py)" \
+		$(PY) -m jobs.cds || echo "no class-data archive: the driver JVM loads its classes from the jars"
+
 # The main job end to end (jobs/demo.py): a broken copy of the demo store audited, recovered, audited clean; then
 # the healthy store rebuilt and audited. The demo store is generated once.
 run: base
@@ -65,7 +72,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: base
-	$(PY) -m jobs.bench --dir $(BENCH_DIR) $(BENCH_ARGS)
+	$(PY) -m bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
 # One package to ship to a cluster (jobs/dist.py): the wheel, the executors' Python environment packed with venv-pack,
 # the jars, and the spark-submit lines for YARN and Kubernetes. DIST_PYTHON: the Python the nodes run (3.11+).

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.cds import archive_option
 from jobs.jars import jar_defaults
 from storelib.config import parse_properties
 from storelib.errors import ConfigError
@@ -111,12 +112,13 @@ def has_own_log4j(settings: dict[str, str]) -> bool:
 
 
 def local_jvm_options(settings: dict[str, str]) -> dict[str, str]:
-    """The driver JVM's options with LOCAL_JVM_OPTION added, unless the user's set a compiler level or code cache."""
+    """The driver JVM's options with LOCAL_JVM_OPTION added unless the user's set a compiler level or code cache,
+    and the class-data archive (jobs/cds.py) when there is one and the user's choose nothing about class sharing."""
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
-    if "TieredStopAtLevel" in current or "ReservedCodeCacheSize" in current:
-        return {}
-    return {key: f"{current} {LOCAL_JVM_OPTION}".strip()}
+    compiler = "TieredStopAtLevel" in current or "ReservedCodeCacheSize" in current
+    added = [option for option in ("" if compiler else LOCAL_JVM_OPTION, archive_option(current)) if option]
+    return {key: " ".join([current, *added]).strip()} if added else {}
 
 
 def quiet_console(settings: dict[str, str]) -> dict[str, str]:

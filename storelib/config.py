@@ -59,6 +59,9 @@ class BrokerConfig:
     brokerVersion: str = ""
     #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
     batchCQTopics: tuple[str, ...] = ()
+    #: BatchCQ topics of the RocksDB config/topics/ of a store with a RocksDB ConsumeQueue (5.2+): their records'
+    #: queue offsets advance by INNER_NUM (no INNER_BASE), whatever storeType the broker now runs with
+    rocksdbBatchCQTopics: tuple[str, ...] = ()
 
     @property
     def rules(self) -> RuleSet:
@@ -74,10 +77,21 @@ class BrokerConfig:
         return self.rules.batch_cq and not self.rocksdb_consume_queue and topic in self.batchCQTopics
 
     def dense_queue_offsets(self, topic: str) -> bool:
-        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store (by INNER_NUM) and
-        in a DLedger store (by INNER_NUM too, while its records lack INNER_BASE: every unit says batchSize 1)."""
+        """Queue offsets advance by one per record, except a BatchCQ topic's in a RocksDB store, or once in one (by
+        INNER_NUM), and in a DLedger store (by INNER_NUM too, while its records lack INNER_BASE: every unit says
+        batchSize 1)."""
         degraded = self.rocksdb_consume_queue or self.enableDLegerCommitLog
-        return not (degraded and topic in self.batchCQTopics)
+        return not (degraded and topic in self.batchCQTopics) and topic not in self.rocksdbBatchCQTopics
+
+    @property
+    def appended_topics(self) -> tuple[str, ...]:
+        """RocksDB-era BatchCQ topics a broker with storeType=default (rolled back) holds in plain ConsumeQueues (not
+        BatchCQ in topics.json): ``putMessagePositionInfo`` (4.9.7, 5.3.3, 5.5.0) appends each unit at the queue's
+        write position ("[BUG]logic queue order maybe wrong" when the record's queue offset is past it), so unit n of
+        such a queue is its n-th record."""
+        if self.rocksdb_consume_queue:
+            return ()
+        return tuple(t for t in self.rocksdbBatchCQTopics if t not in self.batchCQTopics)
 
     @property
     def multi_dispatch_to_files(self) -> bool:
@@ -132,7 +146,7 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
 
 
 #: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
-_FROM_STORE = ("batchCQTopics",)
+_FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics")
 
 
 def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:

@@ -130,6 +130,11 @@ KINDS: dict[str, Kind] = {
     "cq-stale-bytes": Kind(
         _CQ, "info", "non-zero bytes after the queue's logical end (left by a truncation; never read)"
     ),
+    "cq-rolled-back-rocksdb": Kind(
+        _CQ,
+        "warning",
+        "a RocksDB ConsumeQueue the broker does not read (storeType=default): its file ConsumeQueues are rebuilt",
+    ),
     "hostile-topic-name": Kind(
         _RUN,
         "error",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -158,36 +159,62 @@ class IndexFileReader:
         )
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``).
-
-        A chain of a sound file visits each entry once; the walk stops at a revisited entry or after indexCount
-        steps (the broker's own loop would not end) and records the slot in ``broken_chains``.
-        """
-        key_hash = int(index_key_hash(np.array([java_hash(key)]))[0])
-        count = self.header.index_count
+        """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``)."""
+        key_hash = key_hash_of(key)
         out: list[int] = []
+        for _, e, time_read in self._chain(key_hash, begin):
+            if len(out) >= max_num:
+                break
+            if int(e["key_hash"]) == key_hash and begin <= time_read <= end:
+                out.append(int(e["phy_offset"]))
+        return out
+
+    def message_key_hashes(self, key: str, phy_offset: int) -> frozenset[int] | None:
+        """The key hashes of every entry of the message at ``phy_offset`` whose ``key`` entry the chain finds (None
+        when it finds none): ``IndexService.buildIndex`` appends one message's entries one after another, so they
+        are the run of entries with its offset around that one, however long another key's chain is."""
+        key_hash = key_hash_of(key)
+        chain = self._chain(key_hash, 0)
+        at = next((n for n, e, _ in chain if e["key_hash"] == key_hash and e["phy_offset"] == phy_offset), None)
+        if at is None:
+            return None
+        first, last = at, at
+        while first > 1 and self.entries[first - 1]["phy_offset"] == phy_offset:
+            first -= 1
+        while last < self.header.index_count - 1 and self.entries[last + 1]["phy_offset"] == phy_offset:
+            last += 1
+        return frozenset(int(h) for h in self.entries["key_hash"][first : last + 1])
+
+    def _chain(self, key_hash: int, begin: int) -> Iterator[tuple[int, np.void, int]]:
+        """The entries of ``key_hash``'s slot chain, newest first, to one stored before ``begin``: (entry number,
+        entry, its store time). A chain of a sound file visits each entry once; the walk stops at a revisited entry
+        or after indexCount steps (the broker's own loop would not end) and records the slot in ``broken_chains``."""
+        count = self.header.index_count
         slot = key_hash % self.slots_n
         nxt = int(self.slots[slot])
         if nxt <= 0 or nxt > count or count <= 1:
-            return out
+            return
         seen: set[int] = set()
-        while len(out) < max_num:
+        while True:
             if nxt in seen or len(seen) >= count:
                 self.broken_chains[slot] = f"the chain of hash slot {slot} comes back to entry {nxt}: a cycle"
-                break
+                return
             seen.add(nxt)
             e = self.entries[nxt]
             time_diff = int(e["time_diff"])
             if time_diff < 0:
-                break
+                return
             time_read = self.header.begin_timestamp + time_diff * 1000
-            if int(e["key_hash"]) == key_hash and begin <= time_read <= end:
-                out.append(int(e["phy_offset"]))
+            yield nxt, e, time_read
             prev = int(e["prev_index"])
             if prev <= 0 or prev > count or prev == nxt or time_read < begin:
-                break
+                return
             nxt = prev
-        return out
+
+
+def key_hash_of(key: str) -> int:
+    """An IndexFile entry's keyHash of ``key`` (``topic#k``)."""
+    return int(index_key_hash(np.array([java_hash(key)]))[0])
 
 
 def query_offsets(files: list[IndexFileReader], key: str, max_num: int, begin: int, end: int) -> list[int]:

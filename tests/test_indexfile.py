@@ -20,6 +20,7 @@ from storelib.indexfile import (
     IndexHeader,
     entries_per_file,
     index_file_size,
+    key_hash_of,
     needs_empty_tail_file,
     query_offsets,
 )
@@ -351,3 +352,17 @@ def test_reader_checks_the_file_size() -> None:
     with pytest.raises(StoreFormatError, match="IndexFile is 139 bytes, expected 140") as err:
         IndexFileReader(SPLIT_FILES[0][:-1], TINY, "index/20261122015837846")
     assert err.value.file == "index/20261122015837846"
+
+
+def test_a_message_s_keys_are_found_past_a_hot_key_s_long_chain() -> None:
+    """Every message carries the key "hot" (as messages share a tag): its chain holds all 100 entries, and the 64
+    newest do not reach the oldest message; the run of entries beside its UNIQ_KEY entry does."""
+    cfg = BrokerConfig(maxHashSlotNum=50, maxIndexNum=400)
+    messages = [msg("T", {"UNIQ_KEY": f"U{i:03d}", "KEYS": f"hot k{i}"}, store_timestamp=TS1) for i in range(100)]
+    _, offsets = encode_segment(messages)
+    (r,) = readers(reference_index(messages, offsets, cfg), cfg)
+    assert offsets[0] not in r.select_phy_offsets("T#hot", 64, 0, LONG_MAX)
+    assert r.message_key_hashes("T#U000", offsets[0]) == {key_hash_of(f"T#{k}") for k in ("U000", "hot", "k0")}
+    assert r.message_key_hashes("T#U057", offsets[57]) == {key_hash_of(f"T#{k}") for k in ("U057", "hot", "k57")}
+    assert r.message_key_hashes("T#U000", offsets[1]) is None  # its entry is for another message
+    assert r.message_key_hashes("T#nope", offsets[0]) is None

@@ -1,5 +1,6 @@
 """One plan: ``rmqstore audit``'s report.json ``plan`` is what ``rmqstore recover`` prints in its dry run and what
-``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; storelib.plan alone."""
+``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; the dry run on every
+store the real brokers wrote for the suite (every harness variant of each version, ``broker``); storelib.plan alone."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from storelib.findings import finding
+from storelib.errors import EXIT_FINDINGS, EXIT_OK
+from storelib.findings import KINDS, finding
 from storelib.plan import CHECKPOINT_KINDS, Plan, Step, recover_plan
+from tests.broker.fixtures import broker_store  # noqa: F401
+from tests.broker.harness import VARIANTS, VERSIONS
 from tests.storecopy import rmqstore_main
 
 STEP_LINE = re.compile(r"^  \d+\. (?:(replace|create|delete) (\S+):|zero (\S+) from file offset)")
@@ -72,6 +76,45 @@ def test_the_audit_s_plan_is_recover_s_dry_run_and_its_actions(
     assert rmqstore_main([*shlex.split(dry)[1:], "--apply", "--backup-dir", str(backup)]) == 0
     manifest = json.loads((backup / "manifest.json").read_text())
     assert [(s["action"], s["file"]) for s in manifest["steps"]] == [(s["action"], s["file"]) for s in advised["steps"]]
+
+
+#: every store variant of the harness, for every version it is made for
+HARNESS_STORES = [(v, variant) for variant, (_, versions) in VARIANTS.items() for v in VERSIONS if v in versions]
+
+
+@pytest.mark.broker
+def test_the_audit_s_plan_is_recover_s_dry_run_on_every_harness_store(
+    broker_store,  # noqa: F811
+    tmp_path: Path,
+    capsys,
+) -> None:
+    """One Spark session, every store the real brokers wrote (as it is: a crash stays crashed): the audit's plan is
+    the steps recover's dry run prints, with what recover says stays; nothing is changed."""
+    for version, variant in HARNESS_STORES:
+        store = broker_store(version, variant)
+        report_dir, before = tmp_path / f"{version}-{variant}", _files(store.root)
+        argv = ["--store", str(store.root), "--broker-config", str(store.broker_conf), "--broker-version", version]
+        rmqstore_main(["audit", *argv, "--report", str(report_dir)])
+        report = json.loads((report_dir / "report.json").read_text())
+        advice = report["verdict"]["recover"]
+        dry = shlex.split(advice["commands"][0])[1:] if advice["possible"] else ["recover", *argv]
+        capsys.readouterr()
+        code = rmqstore_main([*dry, "--work-dir", str(tmp_path / "work")])
+        out, err = capsys.readouterr()
+        assert _files(store.root) == before
+        if any(KINDS[f["kind"]].blocks_recover for f in report["findings"]):  # refused, saying why
+            assert (code, "cannot vouch" in err) == (EXIT_FINDINGS, True), (version, variant)
+            continue
+        assert code == EXIT_OK, (version, variant)
+        steps = [(s["action"], s["file"]) for s in report["plan"]["steps"]]
+        assert (version, variant, printed_steps(out)) == (version, variant, steps)
+        assert [n for n in report["plan"]["notes"] if n not in out] == [], (version, variant)
+        assert bool(steps) == advice["possible"], (version, variant)
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file of a store with its size and modification time (a dry run leaves them as they are)."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
 # --- storelib.plan.recover_plan ----------------------------------------------------------------------------

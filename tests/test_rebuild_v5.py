@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,30 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     assert [(f.kind, f.topic, f.queue_id, f.queue_offset) for f in bad] == [("cq-zeroed-entries", "TopicOrders", 2, 5)]
     assert (bad[0].file, bad[0].message[:22]) == ("consumequeue_rocksdb", "RocksDB ConsumeQueue: ")
     assert damaged.repairs == []
+
+
+@pytest.mark.broker
+def test_rocksdb_store_rolled_back_without_topics_json_gets_queues_at_the_write_position(spark, tmp_path: Path) -> None:
+    """storeType=default on the RocksDB store, no topics.json: its BatchCQ topic (queue offsets stepped by INNER_NUM
+    in the RocksDB) is a plain queue where ConsumeQueue.putMessagePositionInfo appends each record's unit at the write
+    position: unit n is the queue's n-th record (the plain-Python reference walk), no gap reported, no hole."""
+    store = harness_store("5.5.0", "rocksdb")
+    cfg = dataclasses.replace(load_broker_config(store / "broker.conf"), storeType="default", brokerVersion="5.5.0")
+    rebuild(Run(spark, cfg), str(store / "store"), str(tmp_path / "out"))
+    report = json.loads((tmp_path / "out" / "rebuild.json").read_text())
+    assert report["findings"] == []
+    records = collections.defaultdict(list)
+    for r in walk_commitlog(store / "store" / "commitlog"):
+        if r.topic == "TopicBatchCQ":
+            records[r.queue_id].append((r.offset, r.total_size, r.queue_offset))
+    assert any(qo != i for units in records.values() for i, (_, _, qo) in enumerate(units))  # the RocksDB's steps
+    for queue_id, units in records.items():
+        data = b"".join(
+            p.read_bytes()
+            for p in sorted((tmp_path / "out" / "consumequeue" / "TopicBatchCQ" / str(queue_id)).iterdir())
+        )
+        written = [struct.unpack_from(">qi", data, i) for i in range(0, len(data), 20) if any(data[i : i + 20])]
+        assert written == [(offset, size) for offset, size, _ in units], queue_id
 
 
 def units_short(root: Path) -> set[tuple[str, int]]:

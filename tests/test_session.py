@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import session
+from jobs import cds, session
 from jobs.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
 
 
@@ -64,7 +64,8 @@ def test_the_session_has_the_profile_then_the_overrides(spark) -> None:
     assert again is spark and startup == 0.0  # the active session is reused, its settings kept
 
 
-def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(spark) -> None:
+def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(spark, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(cds, "CACHE", tmp_path)  # no class-data archive
     assert local_jvm_options({}) == {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTION}
     assert local_jvm_options({"spark.driver.extraJavaOptions": "-Xss4m"}) == {
         "spark.driver.extraJavaOptions": f"-Xss4m {LOCAL_JVM_OPTION}"
@@ -74,3 +75,29 @@ def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(sp
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())  # conftest's local[2] session
     assert all(option in arguments for option in LOCAL_JVM_OPTION.split())
+
+
+def test_the_class_data_archive_is_added_when_made_unless_the_user_chose_class_sharing(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(cds, "CACHE", tmp_path)
+    key = "spark.driver.extraJavaOptions"
+    assert local_jvm_options({}) == {key: LOCAL_JVM_OPTION}  # not made yet
+    archive = cds.driver_archive()
+    archive.write_bytes(b"")
+    option = f"-XX:SharedArchiveFile={archive}"
+    assert local_jvm_options({}) == {key: f"{LOCAL_JVM_OPTION} {option}"}
+    assert local_jvm_options({key: "-XX:TieredStopAtLevel=4"}) == {key: f"-XX:TieredStopAtLevel=4 {option}"}
+    for own in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/x.jsa"):
+        assert local_jvm_options({key: own}) == {key: f"{own} {LOCAL_JVM_OPTION}"}
+    assert local_jvm_options({key: "-Xshare:off -XX:TieredStopAtLevel=1"}) == {}
+
+
+def test_the_archive_is_keyed_by_the_java_binary(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(cds, "CACHE", tmp_path)
+    ours = cds.driver_archive()
+    other = tmp_path / "jdk" / "bin" / "java"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"another java")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert cds.driver_archive() not in (None, ours)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
+    assert cds.driver_archive() is None

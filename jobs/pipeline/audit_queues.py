@@ -18,12 +18,13 @@ from pyspark.sql import types as T
 from jobs.pipeline.listing import list_queues
 from storelib.audit import QueueAudit, queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
+from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.consumequeue import CONSUME_QUEUE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.layout import CONSUMEQUEUE, queue_dir
-from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, as_queue_files, is_rocksdb, read_units
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
 from udfs.audit_batch import audit_batch_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
@@ -46,10 +47,15 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
 
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
     the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
-    task (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
+    task (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store. Under
+    ``storeType=default`` (rolled back) a RocksDB is not what the broker reads: its file queues are audited, and
+    ``cq-rolled-back-rocksdb`` says so.
     """
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
+    if dirs and not a.cfg.rocksdb_consume_queue:
+        a.findings.append(rolled_back(dirs[0], a.cfg))
+        return _audit_queues(a, a.store, None)
     if not dirs:
         return _audit_queues(a, a.store, None)
     with a.run.work_dir(a.rebuilt) as work:
@@ -60,7 +66,7 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
     """The queues of ``live_root`` (the store, or the RocksDB ConsumeQueue in ``rocksdb_dir`` laid out as files)."""
     live, a_findings = list_queues(live_root)
     if rocksdb_dir is None:
-        a.findings += a_findings
+        a.findings += [f for f in a_findings if not _rocksdb_file(f)]
     else:
         a.findings += _stale_file_queues(a.store)
     built, _ = list_queues(a.rebuilt)
@@ -142,6 +148,31 @@ def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
     bad = a.run.spark.sparkContext.parallelize([0], 1).flatMap(materialize).collect()
     a.findings += [Finding.from_dict(f) for f in json.loads(bad[0])]
     return out
+
+
+def rolled_back(rocksdb_dir: str, cfg: BrokerConfig) -> Finding:
+    """A RocksDB ConsumeQueue in a store whose broker runs with storeType=default: what that broker serves instead."""
+    message = "a RocksDB ConsumeQueue the broker does not read with storeType=default; the file ConsumeQueues are"
+    message += " rebuilt from the commitlog"
+    appended = cfg.appended_topics
+    kept = [t for t in cfg.rocksdbBatchCQTopics if t not in appended]
+    if kept:
+        message += (
+            f"; {', '.join(kept)}: every batch served from the first, where the RocksDB broker served from its last"
+            " (its min-offset search skips the INNER_NUM-stepped queue offsets)"
+        )
+    if appended:
+        message += (
+            f"; {', '.join(appended)}: not BatchCQ in config/topics.json (mqadmin rocksDBConfigToJson exports it), so"
+            " plain queues served at dense offsets, one per record, not the RocksDB's queue offsets"
+        )
+    return finding("cq-rolled-back-rocksdb", rocksdb_dir, message)
+
+
+def _rocksdb_file(f: Finding) -> bool:
+    """A listing finding about one of RocksDB's own files in consumequeue/ (a rolled-back store's database)."""
+    name = f.file.removeprefix(f"{CONSUMEQUEUE}/").strip("'")
+    return f.kind == "hostile-name" and ROCKSDB_FILE.match(name) is not None
 
 
 def _stale_file_queues(store: str) -> list[Finding]:

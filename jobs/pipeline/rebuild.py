@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.dledger import write_index as write_dledger_index
@@ -46,6 +48,7 @@ from storelib.indexfile import (
     entries_per_file,
     index_file_plans,
     index_file_size,
+    key_hash_of,
     needs_empty_tail_file,
 )
 from storelib.layout import (
@@ -151,8 +154,8 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
     holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
-    a broker in file mode reads topics.json only). Rules: ``--broker-version`` when given, else what the store's
-    clues say (storelib.versions.select).
+    a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
+    ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -163,11 +166,19 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
     topics_db = join(root, "config", "topics")
-    if store_type == "defaultRocksDB" and fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File:
-        topics |= set(rocksdb_batch_cq_topics(topics_db))
+    rocksdb_topics: tuple[str, ...] = ()
+    if (rocksdb or store_type == "defaultRocksDB") and fs.get_file_info(
+        join(topics_db, "CURRENT")
+    ).type == pafs.FileType.File:
+        rocksdb_topics = rocksdb_batch_cq_topics(topics_db)
+        topics |= set(rocksdb_topics) if store_type == "defaultRocksDB" else set()
     dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
     cfg = dataclasses.replace(
-        cfg, batchCQTopics=tuple(sorted(topics)), storeType=store_type, enableDLegerCommitLog=dledger
+        cfg,
+        batchCQTopics=tuple(sorted(topics)),
+        rocksdbBatchCQTopics=rocksdb_topics,
+        storeType=store_type,
+        enableDLegerCommitLog=dledger,
     )
     rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
     return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
@@ -267,9 +278,9 @@ def _tag_keys_found(
     tagged: list[tuple[int, str, str]],
     cfg: BrokerConfig,
 ) -> tuple[int, int]:
-    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many its
-    ``topic#T#tags`` chain finds too: (found, checked). An IndexFile that does not fit the settings (the audit
-    names it) tells nothing."""
+    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many have a
+    ``topic#T#tags`` entry too: (found, checked). An IndexFile that does not fit the settings (the audit names it)
+    tells nothing."""
     readers: dict[int, IndexFileReader | None] = {}
     found = checked = 0
     for offset, uniq_key, tag_key in tagged:
@@ -278,10 +289,11 @@ def _tag_keys_found(
             continue
         if k not in readers:
             readers[k] = _index_reader(fs, index[k], cfg)
-        r, span = readers[k], (0, 1 << 62)
-        if r is not None and offset in r.select_phy_offsets(uniq_key, 64, *span):
+        r = readers[k]
+        hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
+        if hashes is not None:
             checked += 1
-            found += offset in r.select_phy_offsets(tag_key, 64, *span)
+            found += key_hash_of(tag_key) in hashes
     return found, checked
 
 
@@ -325,7 +337,8 @@ def write_consume_queues(run: Run, runs: Any, staging: str) -> tuple[list[QueueR
     run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
     try:
         written = (
-            runs.repartition("topic", "queue_id")
+            appended_at_write_position(runs, run.cfg.appended_topics)
+            .repartition("topic", "queue_id")
             .sortWithinPartitions("topic", "queue_id", "queue_offset")
             .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
         )
@@ -339,6 +352,20 @@ def _queue_record(row: Any) -> QueueRecord:
     """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``)."""
     fields = {k: v for k, v in row.asDict().items() if k != "findings"}
     return QueueRecord(**{**fields, "files": tuple(row.files)})
+
+
+def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
+    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
+    (BrokerConfig.appended_topics): the queue's first unit stays at its record's queue offset, every later run
+    follows the one before (a run is consecutive units, whose records' queue offsets strictly increase)."""
+    if not topics:
+        return runs
+    queue = Window.partitionBy("topic", "queue_id")
+    before = queue.orderBy("queue_offset").rowsBetween(Window.unboundedPreceding, -1)
+    position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
+    return runs.withColumn(
+        "queue_offset", F.when(F.col("topic").isin(*topics), position).otherwise(F.col("queue_offset"))
+    )
 
 
 def write_index_files(

@@ -24,7 +24,7 @@ SCENARIOS = {
     "d-kill9": "`kill -9` in a send burst",
     "e-torn-tail": "power loss: last record's second half zeros, `abort`",
     "f-queue-file-zeroed": "middle third of a ConsumeQueue file zeroed",
-    "g-rocksdb-rolled-back": "RocksDB ConsumeQueue store restarted with `storeType=default`",
+    "g-rocksdb-rolled-back": "RocksDB ConsumeQueue store rolled back: topics exported, `storeType=default`",
 }
 
 

@@ -97,6 +97,7 @@ SERVE_SETTINGS = {
     "transactionCheckInterval": "86400000",
     "maxMsgsNumBatch": str(LOOKUP_MAX),
 }
+REPLAY_SECONDS = 10  # a replay's broker runs this long after it listens (its dispatch of ~1 MB takes < 1 s)
 DELIVERED = 1 << 40  # a delay queue offset past any store's end
 SENDS = 1200
 SEED = 7
@@ -190,8 +191,9 @@ def broker_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java and Served.java compiled against this version's client jars (once per source hash)."""
-    sources = [HERE / "Workload.java", HERE / "Served.java"]
+    """Workload.java, Served.java and Bench.java (make bench's sends) compiled against this version's client jars
+    (once per source hash)."""
+    sources = [HERE / "Workload.java", HERE / "Served.java", HERE / "Bench.java"]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -290,15 +292,16 @@ class Running:
     broker: subprocess.Popen
 
     def workload(self, mode: str, *args: str) -> list[str]:
-        """The command line of Workload.java's `mode` (or of Served.java: mode "served") against this broker."""
+        """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench") against
+        this broker."""
         cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        main = ["Served"] if mode == "served" else ["Workload", mode]
+        main = {"served": ["Served"], "bench": ["Bench"]}.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
-        """Workload.java's `mode` (Served.java for "served") to its end, at most `timeout` s; its output goes to
-        logs/<mode>.out."""
+        """Workload.java's `mode` (Served.java for "served", Bench.java for "bench") to its end, at most `timeout` s;
+        its output goes to logs/<mode>.out."""
         proc = start(self.workload(mode, *args), self.run_dir / "logs" / f"{mode}.out", self.run_dir)
         try:
             proc.wait(timeout=timeout)
@@ -547,6 +550,33 @@ def restarted(version: str, store_dir: Path, settings: dict[str, str] | None = N
         return cached.read_text(encoding="utf-8", errors="replace").splitlines()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def export_rocksdb_topics(version: str, root: Path) -> None:
+    """config/topics.json of a RocksDB-config store (5.x defaultRocksDB keeps topics in the RocksDB config/topics/),
+    written by the release's own `mqadmin rocksDBConfigToJson` in local mode: what a broker with storeType=default
+    reads instead (without it, it knows no topic and serves none)."""
+    out = root / "config" / "topics.json"
+    cmd = ["java", *JVM_OPTS, f"-Duser.home={root.parent}", "-cp", f"{broker_lib(version)}/*"]
+    cmd += ["org.apache.rocketmq.tools.command.MQAdminStartup", "rocksDBConfigToJson"]
+    _run_checked([*cmd, "-p", str(root / "config"), "-t", "topics", "-e", str(out)], 120)
+    if not out.is_file():
+        raise HarnessError(f"rocksDBConfigToJson wrote no {out}")
+
+
+def replayed(version: str, store_dir: Path, settings: dict[str, str]) -> Path:
+    """A copy of `store_dir` without consumequeue/ and batchconsumequeue/ that a broker started with `settings`
+    (SERVE_SETTINGS and commitLogRecoverMaxNum 1000 on top: its recovery starts at the first segment, so it dispatches
+    every record again) rebuilt and flushed at its shutdown; the copy's root (under served-runs/, the caller removes
+    it). Records the broker puts itself while it runs lie past the original commitlog's end."""
+    run_dir = CACHE / "served-runs" / f"{version}-replay-{os.getpid()}-{time.time_ns()}"
+    shutil.copytree(store_dir, run_dir / "store")
+    for name in ("consumequeue", "batchconsumequeue"):
+        shutil.rmtree(run_dir / "store" / name, ignore_errors=True)
+    mark_delays_delivered(run_dir / "store", len(settings["messageDelayLevel"].split()))
+    with running_broker(version, run_dir, {**settings, **SERVE_SETTINGS, "commitLogRecoverMaxNum": "1000"}):
+        time.sleep(REPLAY_SECONDS)
+    return run_dir / "store"
 
 
 def _store_queues(root: Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""``make bench``: the rebuild's marginal rate, whole processes, against a nearly empty store of the same shape.
+"""``make bench``'s generated stores: the rebuild's marginal rate, whole processes, against a nearly empty store of
+the same shape.
 
 Generates once, under ``--dir`` (outside the repository): 2 GiB of ~700-byte records (512-byte bodies,
 one tag, one key + UNIQ_KEY, broker defaults, 1 GiB segments), the same shape nearly empty (one 1 GiB
@@ -12,10 +13,6 @@ microseconds per record on one core); plus a raw sequential read of each commitl
 
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import _bootstrap  # noqa: F401
-
-import argparse
 import dataclasses
 import json
 import os
@@ -93,7 +90,15 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str
     return seconds, proc.stdout
 
 
+#: plain pyspark with its own defaults (none of jobs/session.py's: no class-data archive, no C1, no worker daemon)
 BARE_SPARK = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[2]").appName("rmqstore-bare").getOrCreate()
+spark.range(2).count()
+spark.stop()
+"""
+#: the same through jobs/session.py (what a rebuild starts with: the archive, C1, the worker daemon)
+SESSION_SPARK = """
 from jobs.session import spark_session
 spark, _ = spark_session("rmqstore-bare", "local[2]")
 spark.range(2).count()
@@ -152,43 +157,27 @@ def parse_task(path: Path, conf: Path) -> dict[str, float]:
     return {"us_per_record": 1e6 * r["cpu_s"] / max(r["messages"], 1), "peak_rss_mb": r["peak"] / 1e6}
 
 
-def rebuild_process(root: Path, store: BenchStore, path: Path, conf: Path, master: str) -> tuple[float, dict]:
-    """Whole-process seconds of ``rmqstore rebuild`` and its rebuild.json."""
-    out = root / f"out-{store.name}"
+def rebuild_process(store: Path, conf: Path, out: Path, master: str, *extra: str) -> tuple[float, dict]:
+    """Whole-process seconds of ``rmqstore rebuild`` into ``out`` and its rebuild.json."""
     shutil.rmtree(out, ignore_errors=True)
     cli = str(Path(sys.executable).with_name("rmqstore"))
-    cmd = [cli, "rebuild", "--store", str(path), "--out", str(out), "--broker-config", str(conf), "--master", master]
-    seconds, _ = timed(cmd)
-    report = json.loads((out / "rebuild.json").read_text())
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds, report
+    cmd = [cli, "rebuild", "--store", str(store), "--out", str(out), "--broker-config", str(conf), "--master", master]
+    seconds, _ = timed([*cmd, *extra])
+    return seconds, json.loads((out / "rebuild.json").read_text())
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", required=True, help="cache directory for the generated stores")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--generate-only", action="store_true", help="generate the stores and stop")
-    p.add_argument("--stores", default=",".join(s.name for s in STORES), help="comma-separated store names")
-    p.add_argument("--repeat", type=int, default=1, help="time each process N times (bare Spark too), keep the fastest")
-    args = p.parse_args()
-
-    root = Path(args.dir).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
-    chosen = args.stores.split(",")
-    stores = {s.name: (s, *ensure_store(root, s)) for s in STORES if s.name in chosen}
-    if args.generate_only:
-        return 0
-    bare = min(python(BARE_SPARK)[0] for _ in range(args.repeat))  # as many tries as each rebuild gets
-    kernel = kernel_times()
-    print(f"bare Spark process (start, one trivial job, stop): {bare:.1f} s", flush=True)
-    print(f"kernel: cold compile {kernel['cold_compile_s']:.1f} s, warm load {kernel['warm_load_s']:.2f} s", flush=True)
+def generated_rows(root: Path, chosen: list[str], master: str, repeat: int) -> dict[str, dict]:
+    """Every chosen generated store: generated when missing, rebuilt ``repeat`` times (the fastest kept), read raw,
+    one parse task alone."""
     rows = {}
-    for name, (store, path, conf) in stores.items():
+    for store in (s for s in STORES if s.name in chosen):
+        path, conf = ensure_store(root, store)
         read_s, data = raw_read(path)
-        seconds, report = min(rebuild_process(root, store, path, conf, args.master) for _ in range(args.repeat))
+        out = root / f"out-{store.name}"
+        seconds, report = min(rebuild_process(path, conf, out, master) for _ in range(repeat))
+        shutil.rmtree(out, ignore_errors=True)
         row = {
-            "store": name,
+            "store": store.name,
             "segment_kib": store.segment_size >> 10,
             "messages": report["commitlog"]["messages"],
             "commitlog_mb": round(data / 1e6, 1),
@@ -196,10 +185,9 @@ def main() -> int:
             "process_s": round(seconds, 2),
             **{k: round(v, 2) for k, v in parse_task(path, conf).items()},
         }
-        rows[name] = row
+        rows[store.name] = row
         print(json.dumps(row), flush=True)
-    print_table(rows, bare)
-    return 0
+    return rows
 
 
 def print_table(rows: dict[str, dict], bare: float) -> None:
@@ -224,7 +212,3 @@ def print_table(rows: dict[str, dict], bare: float) -> None:
             f"{per_record:>11} "
             f"{r['peak_rss_mb']:>6.0f} MB"
         )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""``make bench`` (``python -m bench --dir DIR``): the rebuild against the real broker's own and a bare Spark process,
+then the generated stores (bench/generated.py).
+
+The real 5.5.0 broker (tests/broker, the suite's harness) writes once, under ``DIR/broker``, 1,500,000 x 723-byte
+records (a tag, UNIQ_KEY and two keys each, broker default sizes) and a nearly empty store of the same shape
+(bench/broker.py). Each repeat times, each as a new process: a bare Spark process (start, one trivial job,
+stop), the broker's own rebuild of both stores (store.log) and ``rmqstore rebuild`` of both (whole process); the
+last repeat's two rebuilds are compared file by file. The table gives the fastest and the range of each, and the
+issue's ratios: our whole process against the broker's rebuild, our nearly empty store against bare Spark, our
+marginal rate against the broker's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from bench import broker
+from bench.generated import (
+    BARE_SPARK,
+    SESSION_SPARK,
+    STORES,
+    generated_rows,
+    kernel_times,
+    print_table,
+    python,
+    rebuild_process,
+)
+from bench.ratios import Measured, table
+
+
+def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
+    """``repeat`` rounds of: bare Spark (plain, then our session), then the broker's and our rebuild of the big and
+    the nearly empty store."""
+    stores = [broker.ensure_store(root / "broker", b) for b in (broker.BIG, broker.EMPTY)]
+    runs, outs = [root / f"broker-run-{i}" for i in (0, 1)], [root / f"ours-{i}" for i in (0, 1)]
+    bare: list[float] = []
+    session: list[float] = []
+    theirs: tuple[list[float], list[float]] = ([], [])
+    ours: tuple[list[float], list[float]] = ([], [])
+    for n in range(repeat):
+        bare.append(python(BARE_SPARK)[0])
+        session.append(python(SESSION_SPARK)[0])
+        for i, store in enumerate(stores):
+            theirs[i].append(broker.broker_rebuild(store, runs[i]))
+            args = (store / "store", store / "broker.conf", outs[i], master, "--broker-version", broker.VERSION)
+            ours[i].append(rebuild_process(*args)[0])
+        print(
+            f"round {n + 1}: bare Spark {bare[-1]:.1f} s (our session {session[-1]:.1f} s), "
+            f"broker {theirs[0][-1]:.1f} / {theirs[1][-1]:.1f} s, ours {ours[0][-1]:.1f} / {ours[1][-1]:.1f} s",
+            flush=True,
+        )
+    differing = tuple(broker.differing_files(run / "store", out) for run, out in zip(runs, outs))
+    for path in (*runs, *outs):
+        shutil.rmtree(path, ignore_errors=True)
+    messages = (broker.BIG.messages, broker.EMPTY.messages)
+    return Measured(messages, theirs, ours, bare, session, differing)  # type: ignore[arg-type]
+
+
+def machine() -> str:
+    """CPU model, cores, memory and load averages: what a figure was measured on."""
+    proc = Path("/proc")
+    cpuinfo, meminfo = ((proc / name).read_text().splitlines() for name in ("cpuinfo", "meminfo"))
+    cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?")
+    mem = next((int(x.split()[1]) >> 20 for x in meminfo if x.startswith("MemTotal")), 0)
+    load = " ".join((proc / "loadavg").read_text().split()[:3])
+    return f"{os.cpu_count()} x {cpu}, {mem} GiB, load average {load}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", required=True, help="cache directory for the stores")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--repeat", type=int, default=3, help="time each process N times, keep the fastest and the range")
+    p.add_argument("--stores", default=",".join(s.name for s in STORES), help="generated stores ('' for none)")
+    p.add_argument("--no-broker", action="store_true", help="leave out the comparison with the real broker")
+    args = p.parse_args()
+    root = Path(args.dir).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {machine()}", flush=True)
+    if not args.no_broker:
+        measured = broker_comparison(root, args.master, args.repeat)
+        print(f"\n{table(measured, broker.VERSION, broker.RECORD_SIZE)}\nmachine now: {machine()}\n", flush=True)
+    chosen = [s for s in args.stores.split(",") if s]
+    if chosen:
+        kernel = kernel_times()
+        print(f"kernel: cold compile {kernel['cold_compile_s']:.1f} s, warm load {kernel['warm_load_s']:.2f} s")
+        bare = min(python(BARE_SPARK)[0] for _ in range(args.repeat))
+        print_table(generated_rows(root, chosen, args.master, args.repeat), bare)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""A class-data sharing archive of the local driver JVM: made once per machine by ``make base``, used by sessions
+of a local master when present (jobs/session.py), so the driver maps Spark's classes, already parsed and
+verified, instead of loading them from ~250 jars at every start.
+
+The archive is a JDK dynamic archive (``-XX:ArchiveClassesAtExit``) of one ``rmqstore rebuild`` of a small
+generated store: the classes a rebuild loads. It is cached under ``~/.cache/rmq-store-rebuild/cds`` by a key of
+what it is valid for: the java binary (its real path, size and mtime: the JDK release) and the driver's classpath
+(pyspark's jars/ directory, its path and its jars' names). A JVM whose classpath does not match an archive
+ignores it; ``-Xshare:auto`` (the default) only ever falls back to loading classes the normal way.
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):
+    import _bootstrap  # noqa: F401
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CACHE = Path(os.environ.get("RMQSTORE_CDS_CACHE", "~/.cache/rmq-store-rebuild/cds")).expanduser()
+#: JVM options by which a user already chose how the driver shares classes: then no archive is added
+USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "DumpLoadedClassList")
+
+
+def java_binary() -> Path | None:
+    """The java spark-submit starts: $JAVA_HOME/bin/java, else java on PATH."""
+    if os.environ.get("JAVA_HOME"):
+        return Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+    found = shutil.which("java")
+    return Path(found) if found else None
+
+
+def driver_archive() -> Path | None:
+    """Where the archive for this java and this pyspark's jars is (or would be); None without java."""
+    import pyspark
+
+    java = java_binary()
+    if java is None or not java.exists():
+        return None
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    stat = java.resolve().stat()
+    key = [str(java.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(jars), *sorted(os.listdir(jars))]
+    return CACHE / f"driver-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.jsa"
+
+
+def archive_option(java_options: str) -> str:
+    """``-XX:SharedArchiveFile=<archive>`` when the archive exists and the user's JVM options choose nothing about
+    class sharing, else ''."""
+    if any(option in java_options for option in USER_CDS_OPTIONS):
+        return ""
+    archive = driver_archive()
+    return f"-XX:SharedArchiveFile={archive}" if archive is not None and archive.is_file() else ""
+
+
+def make_archive(archive: Path) -> None:
+    """Dump the archive from one rebuild of a small generated store, in a session of this process whose driver JVM
+    is then let go and waited for (it writes the archive as it exits); written by rename: a half-made archive is
+    never used."""
+    from pyspark import SparkContext
+
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild import rebuild
+    from jobs.session import spark_session
+    from storelib.config import load_broker_config
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    cli = str(Path(sys.executable).with_name("rmqstore"))
+    with tempfile.TemporaryDirectory(prefix="rmqstore-cds-") as tmp:
+        store, conf, dump = Path(tmp) / "store", Path(tmp) / "broker.conf", Path(tmp) / "driver.jsa"
+        generate = [cli, "generate", "--out", str(store), "--messages", "2000", "--write-broker-config", str(conf)]
+        subprocess.run(generate, check=True)
+        option = f"spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={dump}"
+        spark, _ = spark_session("rmqstore-cds", "local[2]", overrides=[option])
+        rebuild(Run(spark, load_broker_config(conf)), str(store), str(Path(tmp) / "out"))
+        jvm = SparkContext._gateway.proc
+        spark.stop()
+        jvm.stdin.close()  # the driver JVM exits at the end of its standard input
+        jvm.wait(timeout=600)
+        if not dump.is_file():
+            raise SystemExit(f"the driver JVM wrote no archive at {dump} (exit code {jvm.returncode})")
+        shutil.move(dump, archive.with_suffix(".tmp"))
+        archive.with_suffix(".tmp").replace(archive)
+
+
+def main() -> int:
+    """Make the archive unless it is there (``--check``: only say whether it is, exit 1 when it is not)."""
+    archive = driver_archive()
+    if archive is None:
+        print("Class-data archive of the Spark driver: no java")
+    elif archive.is_file():
+        print(f"Class-data archive of the Spark driver: present ({archive})")
+    elif sys.argv[1:] == ["--check"]:
+        return 1
+    else:
+        make_archive(archive)
+        print(f"class-data archive written: {archive} ({archive.stat().st_size >> 20} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
