@@ -260,3 +260,23 @@ def test_a_range_holds_the_offsets_its_number_says(starts, offsets, from_offset)
     assert sum(m.astype(int) for m in kept).tolist() == (phy >= from_offset).astype(int).tolist()  # each once
     assert [k for k, m in enumerate(kept) if m.any()] == scope.ranges(phy)
     assert all((m == ((range_of(phy, scope.bounds) == k) & (phy >= from_offset))).all() for k, m in enumerate(kept))
+
+
+def test_a_position_task_hands_its_header_ranges_and_findings_and_the_report_the_header_only(tmp_path) -> None:
+    """audit_index_file on the same file live and rebuilt, then with the live one unreadable (a directory)."""
+    from udfs.audit import audit_index_file
+
+    for root in ("live", "rebuilt"):
+        (tmp_path / root / "index").mkdir(parents=True)
+        (tmp_path / root / "index" / "f0").write_bytes(REBUILT[0])
+    scope = EntryScope(0, index_range_bounds(STARTS))
+    at = audit_index_file((0, "f0", "f0"), str(tmp_path / "live"), str(tmp_path / "rebuilt"), CFG, scope)
+    phy = np.array([o for _, _, o in entries_of(REBUILT[0])])
+    assert (at.findings, list(at.ranges)) == ((), sorted(set(range_of(phy, scope.bounds).tolist())))
+    assert at.rebuilt_entries == len(phy) and at.header == IndexFileReader(REBUILT[0], CFG).header
+    assert at.to_json() == {"position": 0, "live": "f0", "rebuilt": "f0", "header": at.header.__dict__}
+
+    (tmp_path / "live" / "index" / "f1").mkdir()
+    gone = audit_index_file((1, "f1", None), str(tmp_path / "live"), str(tmp_path / "rebuilt"), CFG, scope)
+    assert [f.kind for f in gone.findings] == ["unreadable-file"] and gone.header is None
+    assert gone.to_json() == {"position": 1, "live": "f1", "rebuilt": None, "header": None, "unreadable": True}

@@ -1,12 +1,12 @@
 """Audit work that runs on executors: live files are read here, through udfs.fs, never on the driver.
 
 Each function takes paths relative to a store root (``consumequeue/<topic>/<queueId>/<name>``,
-``index/<name>``) and returns findings as ``Finding`` dicts, so a task's output is small
-whatever the size of the files it read.
+``index/<name>``) and returns findings, so a task's output is small whatever the size of the files it read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Callable
@@ -28,16 +28,16 @@ from storelib.commitlog import decode_message
 from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE, PROPERTY_TAGS
 from storelib.errors import StoreFormatError
-from storelib.findings import finding
-from storelib.indexfile import IndexFileReader
+from storelib.findings import Finding, finding
+from storelib.indexfile import IndexFileReader, IndexHeader
 from storelib.javahash import java_hash
 from storelib.layout import commitlog_file, index_file, offset_file_name, queue_dir
 from udfs.fs import join, map_file, read_file, resolve
 
 
-def unreadable(rel: str, exc: BaseException) -> dict[str, Any]:
+def unreadable(rel: str, exc: BaseException, **where: Any) -> Finding:
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return finding("unreadable-file", rel, f"cannot read: {reason}; not audited").to_dict()
+    return finding("unreadable-file", rel, f"cannot read: {reason}; not audited", **where)
 
 
 def _read(store: str, rel: str) -> bytes:
@@ -59,8 +59,7 @@ def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig
         try:
             live[name] = _read(store, f"{rel_dir}/{name}")
         except OSError as exc:
-            f = unreadable(f"{rel_dir}/{name}", exc)
-            f.update(topic=topic, queue_id=queue_id)
+            f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id).to_dict()
             return json.dumps({"findings": [f], "row": None, "write": [], "delete": [], "unreadable": True})
     rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
     qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
@@ -92,51 +91,60 @@ def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int 
     return tags_hash
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexPosition:
+    """The live IndexFile at one position against the rebuilt one (``audit_index_file``)."""
+
+    position: int
+    live: str | None  # the live file's name, None when it has none there
+    rebuilt: str | None
+    header: IndexHeader | None = None  # the live file's, when it reads
+    findings: tuple[Finding, ...] = ()
+    ranges: tuple[int, ...] = ()  # the commitlog ranges the live file's entries in scope fall in
+    rebuilt_entries: int = 0  # the rebuilt file's entries in scope
+    unreadable: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """report.json's ``index_files`` entry: the position, both names and the live header."""
+        header = dataclasses.asdict(self.header) if self.header else None
+        out = {"position": self.position, "live": self.live, "rebuilt": self.rebuilt, "header": header}
+        return out | ({"unreadable": True} if self.unreadable else {})
+
+
 def audit_index_file(
     pair: tuple[int, str | None, str | None], store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope
-) -> dict[str, Any]:
-    """The live IndexFile at one position against the rebuilt one: header checks and the first difference;
-    ``ranges``: the commitlog ranges its entries fall in, ``rebuilt_entries``: the rebuilt file's entries, both
-    within ``entries`` (the entry comparison's scope)."""
+) -> IndexPosition:
+    """The live IndexFile at one position against the rebuilt one: header checks and the first difference, the
+    commitlog ranges of its entries and the rebuilt file's entry count, both within ``entries`` (the entry
+    comparison's scope)."""
     position, live_name, rebuilt_name = pair
-    out: dict[str, Any] = {"position": position, "live": live_name, "rebuilt": rebuilt_name, "header": None}
-    out["ranges"], out["rebuilt_entries"], findings = [], 0, []
+    at = IndexPosition(position, live_name, rebuilt_name)
     built = None if rebuilt_name is None else _map(rebuilt, index_file(rebuilt_name))
     if built is not None:
-        out["rebuilt_entries"] = int(entries.keep(index_entries(IndexFileReader(built, cfg))[2]).sum())
+        in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[2]).sum())
+        at = dataclasses.replace(at, rebuilt_entries=in_scope)
     if live_name is None:
-        findings.append(
-            finding(
-                "index-missing-file",
-                index_file(rebuilt_name),
-                f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not",
-            ).to_dict()
-        )
-        out["findings"] = findings
-        return out
+        why = f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not"
+        return dataclasses.replace(at, findings=(finding("index-missing-file", index_file(rebuilt_name), why),))
     rel = index_file(live_name)
     try:
         live = _map(store, rel)
     except OSError as exc:
-        out["findings"] = [unreadable(rel, exc)]
-        out["unreadable"] = True
-        return out
+        return dataclasses.replace(at, findings=(unreadable(rel, exc),), unreadable=True)
     try:
         reader = IndexFileReader(live, cfg, rel)
     except StoreFormatError as exc:
-        findings.append(finding("index-header-inconsistent", rel, exc.reason).to_dict())
+        findings = [finding("index-header-inconsistent", rel, exc.reason)]
     else:
-        out["header"] = reader.header.__dict__
-        out["ranges"] = entries.ranges(index_entries(reader)[2])
-        findings += [f.to_dict() for f in check_index_header(rel, reader, cfg)]
+        at = dataclasses.replace(at, header=reader.header, ranges=tuple(entries.ranges(index_entries(reader)[2])))
+        findings = check_index_header(rel, reader, cfg)
     if built is None:
         findings.append(
-            finding("index-extra-file", rel, f"live file at position {position} has no rebuilt counterpart").to_dict()
+            finding("index-extra-file", rel, f"live file at position {position} has no rebuilt counterpart")
         )
     else:
-        findings += [f.to_dict() for f in compare_index_files(rel, live, rebuilt_name, built, cfg)]
-    out["findings"] = findings
-    return out
+        findings += compare_index_files(rel, live, rebuilt_name, built, cfg)
+    return dataclasses.replace(at, findings=tuple(findings))
 
 
 def audit_index_range(
@@ -158,14 +166,21 @@ def audit_index_range(
     return compare_index_range(parts(store, task["live"], True), parts(rebuilt, task["rebuilt"], False), threshold)
 
 
-def read_checkpoint(store: str) -> dict[str, Any]:
-    """The live checkpoint's fields (None when missing or short) and whether ``abort`` exists."""
+@dataclasses.dataclass(frozen=True)
+class LiveControl:
+    """What the broker's next start reads besides the log: the checkpoint (None when missing or short) and
+    whether the ``abort`` file exists (the broker did not shut down cleanly)."""
+
+    checkpoint: Checkpoint | None
+    abort: bool
+
+
+def read_checkpoint(store: str) -> LiveControl:
+    """The live store's checkpoint and abort file."""
     fs, root = resolve(store)
     abort = fs.get_file_info(join(root, "abort")).type == pafs.FileType.File
     try:
         data = read_file(fs, join(root, "checkpoint"))
     except OSError:
-        return {"checkpoint": None, "abort": abort}
-    if len(data) != CHECKPOINT_SIZE:
-        return {"checkpoint": None, "abort": abort}
-    return {"checkpoint": Checkpoint.unpack(data).__dict__, "abort": abort}
+        return LiveControl(None, abort)
+    return LiveControl(Checkpoint.unpack(data) if len(data) == CHECKPOINT_SIZE else None, abort)

@@ -49,12 +49,10 @@ from storelib.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends, messages_from
 from storelib.verdict import verdict
 from storelib.versions import BrokerRules
-from udfs.audit import read_checkpoint
+from udfs.audit import IndexPosition, read_checkpoint
 from udfs.fs import join, read_file, resolve
 
 DEFAULT_INDEX_SAMPLE = 200_000
-#: what an IndexFile position's task hands the later stages, not the report
-INDEX_TASK_KEYS = ("findings", "ranges", "rebuilt_entries")
 
 
 @dataclasses.dataclass
@@ -204,8 +202,8 @@ def _audit(
         },
         "queues": {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r["status"] in ("ok", "info"))},
         "index": {
-            "live_files": sum(1 for r in index_rows if r["live"]),
-            "rebuilt_files": sum(1 for r in index_rows if r["rebuilt"]),
+            "live_files": sum(1 for r in index_rows if r.live),
+            "rebuilt_files": sum(1 for r in index_rows if r.rebuilt),
             **keys,
         },
     }
@@ -221,8 +219,7 @@ def _audit_commitlog(a: Audit, summaries: dict[str, Any], cq_max_physic_offset: 
         SegmentFacts(s.file, s.start, s.messages, s.end_offset, s.first_store_timestamp) for s in commitlog.segments
     ]
     live = a.run.spark.sparkContext.parallelize([a.store], 1).map(read_checkpoint).collect()[0]
-    a.checkpoint = Checkpoint(**live["checkpoint"]) if live["checkpoint"] else None
-    a.abort = live["abort"]
+    a.checkpoint, a.abort = live.checkpoint, live.abort
     cl_max = commitlog.max_offset
     a.restart = restart_of(a.facts, a.findings, a.checkpoint, a.abort, a.cfg, cl_max, cq_max_physic_offset)
     a.restart_by_release = _restarts_if_they_differ(a, cl_max, cq_max_physic_offset)
@@ -254,7 +251,7 @@ def _restarts_if_they_differ(a: Audit, cl_max: int, cq_max_physic_offset: int) -
 
 
 def _finish(
-    a: Audit, counts: dict[str, Any], queue_rows: list[dict[str, Any]], index_rows: list[dict[str, Any]], code: int
+    a: Audit, counts: dict[str, Any], queue_rows: list[dict[str, Any]], index_rows: list[IndexPosition], code: int
 ) -> AuditResult:
     from jobs.audit_report import write_reports
 
@@ -281,7 +278,7 @@ def _finish(
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
         "queues": queue_rows,
-        "index_files": [{k: v for k, v in r.items() if k not in INDEX_TASK_KEYS} for r in index_rows],
+        "index_files": [r.to_json() for r in index_rows],
         "repairs": a.repairs,
     }
     # the plan of the command the verdict advises: a torn tail is zeroed (--truncate-torn-tail), its bytes backed up

@@ -14,13 +14,13 @@ from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEA
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
 from storelib.restart import index_deleted
-from udfs.audit import audit_index_file, audit_index_range
+from udfs.audit import IndexPosition, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
 
 
-def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
     """Index findings and repairs into ``a``; the per-position rows of the report and the lookup counts.
 
     Everything is judged from IndexFile entries (keyHash, commitlog offset): the broker's lookup matches keys
@@ -54,7 +54,7 @@ def audit_index(a: Audit) -> tuple[list[dict[str, Any]], dict[str, int]]:
             .collect()
         )
     for r in rows:
-        a.findings += [Finding.from_dict(f) for f in r["findings"]]
+        a.findings += r.findings
         a.findings += _deleted_on_recovery(a, r)
     keys_info.update(_compare_entries(a, rows, entries))
     first = min(pairs[0][0], len(names))
@@ -72,12 +72,12 @@ def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
     return EntryScope(from_offset, index_range_bounds(starts))
 
 
-def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) -> dict[str, int]:
+def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> dict[str, int]:
     """Every live entry in scope is a rebuilt entry (its keyHash is a key of the record it points at), and every
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
     ``index_sample``: one task per commitlog range reading only the files with entries there."""
     tasks = _range_tasks(a, rows, entries)
-    threshold = sample_threshold(a.index_sample, sum(r["rebuilt_entries"] for r in rows))
+    threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     with Progress(a.run, len(tasks), 0, "index entries (live against rebuilt, key lookups)"):
         results = (
@@ -89,40 +89,40 @@ def _compare_entries(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) 
     return _keys_not_found(a, results)
 
 
-def _range_tasks(a: Audit, rows: list[dict[str, Any]], entries: EntryScope) -> list[dict[str, Any]]:
+def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[dict[str, Any]]:
     """Per commitlog range with entries: the live files (readable) and rebuilt files holding some. A rebuilt
     file's entries are in commitlog order, so its header's begin and end offsets give its ranges."""
     files = {f.name: f for f in a.rebuild_report.index_files}
     tasks: dict[int, dict[str, Any]] = {}
     for r in rows:
-        for k in r["ranges"] if r["live"] and r["header"] else []:
-            tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r["live"])
-        f = files.get(r["rebuilt"]) if r["rebuilt"] else None
+        for k in r.ranges if r.live and r.header else []:
+            tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r.live)
+        f = files.get(r.rebuilt) if r.rebuilt else None
         if f and f.index_count > 1:
             first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()
             for k in range(first, last + 1):
-                tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r["rebuilt"])
+                tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r.rebuilt)
     return [tasks[k] for k in sorted(tasks)]
 
 
-def _deleted_on_recovery(a: Audit, row: dict[str, Any]) -> list[Finding]:
+def _deleted_on_recovery(a: Audit, row: IndexPosition) -> list[Finding]:
     """Crash recovery deletes IndexFiles whose endTimestamp is after the checkpoint's indexMsgTimestamp."""
-    header = row["header"]
-    if not (header and index_deleted(a.abort, header["end_timestamp"], a.checkpoint)):
+    header = row.header
+    if not (header and index_deleted(a.abort, header.end_timestamp, a.checkpoint)):
         return []
     cp = a.checkpoint or Checkpoint()  # the broker reads a missing checkpoint as zeros
     fate = "never rebuilds its keys"
-    if a.restart and a.restart.dispatch_from <= header["begin_phy_offset"]:
+    if a.restart and a.restart.dispatch_from <= header.begin_phy_offset:
         fate = f"indexes its records again (it re-dispatches from commitlog offset {a.restart.dispatch_from:,})"
     elif a.restart:
         fate = f"never indexes again its records before commitlog offset {a.restart.dispatch_from:,}"
     return [
         finding(
             "index-deleted-on-recovery",
-            index_file(row["live"]),
-            f"endTimestamp {header['end_timestamp']} is after the checkpoint's indexMsgTimestamp "
+            index_file(str(row.live)),
+            f"endTimestamp {header.end_timestamp} is after the checkpoint's indexMsgTimestamp "
             f"{cp.index_msg_timestamp}: the broker's crash recovery deletes this file and {fate}",
-            expected=f"indexMsgTimestamp >= {header['end_timestamp']}",
+            expected=f"indexMsgTimestamp >= {header.end_timestamp}",
             actual=str(cp.index_msg_timestamp),
         )
     ]
