@@ -1135,25 +1135,24 @@ def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, o
 
 
 def index_repairs(
-    rows: list[dict[str, object]], findings: list[Finding], previous: str | None
+    positions: list[tuple[str | None, str | None]], findings: list[Finding], previous: str | None
 ) -> list[dict[str, object]]:
     """Replace differing files by position (keeping live names), create missing ones, delete extra ones.
 
-    ``rows``: per position, the live and rebuilt file names; ``previous``: the live file before the first
-    row's position (None when it is the first). A created file takes the rebuilt name, moved 1 ms past the
-    file before it so the broker loads it in order.
+    ``positions``: per position, the live and rebuilt file names; ``previous``: the live file before the first
+    position (None when it is the first). A created file takes the rebuilt name, moved 1 ms past the file
+    before it so the broker loads it in order.
     """
     differs = {f.file for f in findings if f.kind == "index-file-differs"}
     out = []
-    for r in rows:
-        live, built = r["live"], r["rebuilt"]
+    for live, built in positions:
         if live and built:
-            if index_file(str(live)) in differs:
-                out.append(repair("replace", index_file(str(live)), index_file(str(built)), "index-file-differs"))
-            previous = str(live)
+            if index_file(live) in differs:
+                out.append(repair("replace", index_file(live), index_file(built), "index-file-differs"))
+            previous = live
         elif built:
-            previous = index_name_after(index_name_ms(str(built)), previous)
-            out.append(repair("create", index_file(previous), index_file(str(built)), "index-missing-file"))
+            previous = index_name_after(index_name_ms(built), previous)
+            out.append(repair("create", index_file(previous), index_file(built), "index-missing-file"))
         else:
             out.append(repair("delete", index_file(str(live)), None, "index-extra-file"))
     return out

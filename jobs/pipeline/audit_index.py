@@ -58,7 +58,7 @@ def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
         a.findings += _deleted_on_recovery(a, r)
     keys_info.update(_compare_entries(a, rows, entries))
     first = min(pairs[0][0], len(names))
-    a.repairs += index_repairs(rows, a.findings, names[first - 1] if first else None)
+    a.repairs += index_repairs([(r.live, r.rebuilt) for r in rows], a.findings, names[first - 1] if first else None)
     return rows, keys_info
 
 
