@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 from jobs.audit import _record
-from jobs.history import SUMMARY, read_history, run_version
 from jobs.pipeline.audit import AuditResult
+from jobs.tables.history import SUMMARY, read_history, run_version
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, run_cli
 
