@@ -61,12 +61,18 @@ cds: jars
 run: base
 	@$(VENV)/bin/rmqstore demo --dir $(DEMO)
 
+# Two pytest workers (pytest-xdist), each test file on one of them (its module fixtures, e.g. the standalone cluster,
+# started once): the suite waits on JVM starts, brokers and subprocesses as much as it computes, and two files at a
+# time fill a 2-core machine. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The quick subset: no real brokers, standalone cluster, S3 server or browser.
 test-quick: base
-	$(PY) -m pytest -q -m "not broker and not cluster and not s3 and not browser"
+	$(PYTEST) -m "not broker and not cluster and not s3 and not browser"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
