@@ -42,31 +42,37 @@ chromium:
 		|| echo "could not install chromium: the browser tests (tests/test_report_html.py) will be skipped"; \
 	else echo "Chromium and Noto fonts: installed"; fi
 
-# Delta and S3A jars for spark.jars (jobs/jars.py): fetched once with Maven (Debian's, installed when missing and
+# Delta and S3A jars for spark.jars (jobs/runtime/jars.py): fetched once with Maven (Debian's, installed when missing and
 # the cache is not complete), checked against conf/jars/jars.lock; offline once cached.
 jars: $(STAMP) java
-	@$(PY) -m jobs.jars --check >/dev/null 2>&1 || command -v mvn >/dev/null \
+	@$(PY) -m jobs.runtime.jars --check >/dev/null 2>&1 || command -v mvn >/dev/null \
 		|| $(STEP) $(LOGS)/maven.log "Maven, to fetch the jars (apt-get install maven)" sh -c '$(APT_GET) maven'
-	@$(STEP) $(LOGS)/jars.log "Delta and S3A jars (conf/jars/jars.lock)" $(PY) -m jobs.jars
+	@$(STEP) $(LOGS)/jars.log "Delta and S3A jars (conf/jars/jars.lock)" $(PY) -m jobs.runtime.jars
 
-# A class-data sharing archive of the local driver JVM (jobs/cds.py): dumped once per java and pyspark from one small
+# A class-data sharing archive of the local driver JVM (jobs/runtime/cds.py): dumped once per java and pyspark from one small
 # rebuild, under ~/.cache/rmq-store-rebuild/cds; sessions of a local master map it when present. Optional: without
 # it the driver loads its classes from the jars, as before.
 cds: jars
-	@$(PY) -m jobs.cds --check 2>/dev/null || $(STEP) $(LOGS)/cds.log "Class-data archive of the Spark driver (jobs/cds.py)" \
-		$(PY) -m jobs.cds || echo "no class-data archive: the driver JVM loads its classes from the jars"
+	@$(PY) -m jobs.runtime.cds --check 2>/dev/null || $(STEP) $(LOGS)/cds.log "Class-data archive of the Spark driver (jobs/runtime/cds.py)" \
+		$(PY) -m jobs.runtime.cds || echo "no class-data archive: the driver JVM loads its classes from the jars"
 
 # The main job end to end (jobs/demo.py): a broken copy of the demo store audited, recovered, audited clean; then
 # the healthy store rebuilt and audited. The demo store is generated once.
 run: base
 	@$(VENV)/bin/rmqstore demo --dir $(DEMO)
 
+# Two pytest workers (pytest-xdist), each test file on one of them (its module fixtures, e.g. the standalone cluster,
+# started once): the suite waits on JVM starts, brokers and subprocesses as much as it computes, and two files at a
+# time fill a 2-core machine. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The quick subset: no real brokers, standalone cluster, S3 server or browser.
 test-quick: base
-	$(PY) -m pytest -q -m "not broker and not cluster and not s3 and not browser"
+	$(PYTEST) -m "not broker and not cluster and not s3 and not browser"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
@@ -74,12 +80,12 @@ lint: $(STAMP)
 bench: base
 	$(PY) -m bench --dir $(BENCH_DIR) $(BENCH_ARGS)
 
-# One package to ship to a cluster (jobs/dist.py): the wheel, the executors' Python environment packed with venv-pack,
+# One package to ship to a cluster (jobs/runtime/dist.py): the wheel, the executors' Python environment packed with venv-pack,
 # the jars, and the spark-submit lines for YARN and Kubernetes. DIST_PYTHON: the Python the nodes run (3.11+).
 dist: base
 	@$(STEP) $(LOGS)/dist.log "dist/: the wheel, rmqstore-env.tar.gz (venv-pack) and jars/" \
-		$(PY) -m jobs.dist --python $(DIST_PYTHON)
-	@$(PY) -m jobs.dist --print-only
+		$(PY) -m jobs.runtime.dist --python $(DIST_PYTHON)
+	@$(PY) -m jobs.runtime.dist --print-only
 
 clean:
 	rm -rf $(DEMO) dist .pytest_cache

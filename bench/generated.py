@@ -90,16 +90,17 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str
     return seconds, proc.stdout
 
 
-#: plain pyspark with its own defaults (none of jobs/session.py's: no class-data archive, no C1, no worker daemon)
+#: plain pyspark with its own defaults (none of jobs/runtime/session.py's: no class-data archive, no C1, no worker
+#: daemon)
 BARE_SPARK = """
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.master("local[2]").appName("rmqstore-bare").getOrCreate()
 spark.range(2).count()
 spark.stop()
 """
-#: the same through jobs/session.py (what a rebuild starts with: the archive, C1, the worker daemon)
+#: the same through jobs/runtime/session.py (what a rebuild starts with: the archive, C1, the worker daemon)
 SESSION_SPARK = """
-from jobs.session import spark_session
+from jobs.runtime.session import spark_session
 spark, _ = spark_session("rmqstore-bare", "local[2]")
 spark.range(2).count()
 spark.stop()

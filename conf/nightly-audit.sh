@@ -53,8 +53,8 @@ if [[ -n "${PY_ENV_ARCHIVE:-}" ]]; then
 fi
 
 delta_opts=()
-if (cd "$ROOT" && python3 -m jobs.jars --check >/dev/null); then
-  read -ra delta_opts <<<"$(cd "$ROOT" && python3 -m jobs.jars --submit-args)"
+if (cd "$ROOT" && python3 -m jobs.runtime.jars --check >/dev/null); then
+  read -ra delta_opts <<<"$(cd "$ROOT" && python3 -m jobs.runtime.jars --submit-args)"
 elif [[ -n "$DELTA_PACKAGE" ]]; then
   delta_opts=(--packages "$DELTA_PACKAGE"
     --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension

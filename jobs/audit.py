@@ -18,11 +18,11 @@ import re
 import sys
 from typing import Any
 
-from jobs.audit_report import console_summary
-from jobs.catalog import default_store_id
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
-from jobs.history import append_history, last_clean_run
 from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
+from jobs.report.audit_report import console_summary
+from jobs.tables.catalog import default_store_id
+from jobs.tables.history import append_history, last_clean_run
 from storelib import errors
 from storelib.errors import EXIT_CANNOT, CannotAudit, RmqStoreError
 from storelib.report import HistoryEntry, HistoryRecord
@@ -121,7 +121,7 @@ def audit_fleet(args: argparse.Namespace) -> int:
             print(f"rmqstore audit: {store}: cannot audit: {exc}", file=sys.stderr)
             codes[store_id] = errors.exit_code(exc)
             if args.history:  # its row says so (exit code 2), as a run that could not audit
-                from jobs.session import spark_session
+                from jobs.runtime.session import spark_session
 
                 spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf)[0]
                 failed = HistoryRecord(started, dt.datetime.now(dt.UTC), EXIT_CANNOT)

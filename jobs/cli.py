@@ -89,7 +89,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 def spark_run(app: str, args: argparse.Namespace, cfg: BrokerConfig) -> Run:
     """Start (or reuse) the Spark session and wrap it with the run's settings."""
     from jobs.pipeline.context import Run
-    from jobs.session import spark_session
+    from jobs.runtime.session import spark_session
 
     spark, startup = spark_session(app, args.master, args.profile, args.conf)
     return Run(spark, cfg, progress=True, work_root=args.work_dir, startup=startup)

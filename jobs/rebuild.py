@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rmqstore rebuild: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.catalog:
-        from jobs.catalog import default_store_id, write_catalog
+        from jobs.tables.catalog import default_store_id, write_catalog
 
         write_catalog(run_.spark, result.records, args.catalog, args.store_id or default_store_id(args.store))
         result.records.unpersist()

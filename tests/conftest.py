@@ -24,7 +24,7 @@ FIXTURE_DIR = _fixture_dir()
 
 @pytest.fixture(scope="session")
 def spark():
-    from jobs.session import spark_session
+    from jobs.runtime.session import spark_session
 
     session, _ = spark_session("rmqstore-tests", master="local[2]", overrides=["spark.sql.shuffle.partitions=4"])
     yield session

@@ -29,7 +29,7 @@ from shlex import quote
 
 import pytest
 
-from jobs.jars import submit_args
+from jobs.runtime.jars import submit_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_PARENT = Path("/var/tmp")
@@ -145,7 +145,8 @@ class Cluster:
 
     def submit_command(self, verb: str, args: list[str], submit_conf: list[str] = ()) -> list[str]:
         """``spark-submit --master spark://... --jars <the pinned Delta/S3A jars> [--conf K=V ...] --py-files
-        project.zip jobs/<verb>.py ARGS``, as conf/nightly-audit.sh submits (``python -m jobs.jars --submit-args``)."""
+        project.zip jobs/<verb>.py ARGS``, as conf/nightly-audit.sh submits (``python -m jobs.runtime.jars
+        --submit-args``)."""
         confs = [item for kv in submit_conf for item in ("--conf", kv)]
         return [
             "spark-submit",

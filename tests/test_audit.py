@@ -431,7 +431,7 @@ def test_unreadable_file_by_permissions(tmp_path) -> None:
 
 
 def test_lock_detection(tmp_path) -> None:
-    from jobs.liveness import lock_held
+    from jobs.pipeline.liveness import lock_held
 
     (tmp_path / "lock").write_bytes(b"lock")
     assert not lock_held(str(tmp_path))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from jobs.catalog import default_store_id
-from jobs.history import SUMMARY, read_history
+from jobs.tables.catalog import default_store_id
+from jobs.tables.history import SUMMARY, read_history
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, run_cli
 

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from jobs.history import SUMMARY, read_history, run_version
+from jobs.tables.history import SUMMARY, read_history, run_version
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, run_cli
 

@@ -1,11 +1,11 @@
-"""jobs.audit_report: report.html never lets a name from the store become markup; the console summary's lines."""
+"""jobs.report.audit_report: report.html never lets a name from the store become markup; the console summary's lines."""
 
 from __future__ import annotations
 
 from html.parser import HTMLParser
 from typing import Any
 
-from jobs.audit_report import console_summary, render_html
+from jobs.report.audit_report import console_summary, render_html
 from storelib.findings import Finding, finding
 from storelib.report import audit_summary
 

@@ -234,7 +234,7 @@ PROBE = """
 import argparse, json, sys
 sys.path.insert(0, {root!r})
 from jobs.cli import add_spark_options
-from jobs.session import spark_session
+from jobs.runtime.session import spark_session
 p = argparse.ArgumentParser()
 add_spark_options(p)
 args = p.parse_args()
@@ -296,7 +296,7 @@ def test_console_is_quiet_and_verbose_brings_spark_back(tmp_path):
 
 
 def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
-    from jobs.session import DEFAULTS, layered_settings, parse_overrides, read_properties, submitted_settings
+    from jobs.runtime.session import DEFAULTS, layered_settings, parse_overrides, read_properties, submitted_settings
 
     (tmp_path / "spark-defaults.conf").write_text("# site\nspark.sql.shuffle.partitions 6\nspark.executor.cores=3\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
@@ -313,7 +313,7 @@ def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
 
 
 def test_a_conf_without_equals_is_a_settings_error():
-    from jobs.session import parse_overrides
+    from jobs.runtime.session import parse_overrides
     from storelib.errors import ConfigError
 
     with pytest.raises(ConfigError, match="KEY=VALUE"):

@@ -14,10 +14,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from jobs import jars
-from jobs.catalog import CLUSTER_BY, default_store_id, write_catalog
-from jobs.delta import append_rows, has_delta_spark, read_delta, table_history
-from jobs.history import append_history, last_clean_run, read_history, run_version
+from jobs.runtime import jars
+from jobs.tables.catalog import CLUSTER_BY, default_store_id, write_catalog
+from jobs.tables.delta import append_rows, has_delta_spark, read_delta, table_history
+from jobs.tables.history import append_history, last_clean_run, read_history, run_version
 from storelib.findings import Finding, finding
 from udfs.schema import MESSAGE_SCHEMA
 
@@ -230,7 +230,7 @@ def test_history_last_clean_run_and_earlier_runs(spark, tmp_path):
 
 def test_delta_spark_and_the_cached_jars(spark, monkeypatch):
     assert jars.cached_jars(), "run make jars"
-    assert has_delta_spark(spark)  # the session took the cached jars (jobs.session)
+    assert has_delta_spark(spark)  # the session took the cached jars (jobs.runtime.session)
     settings = jars.jar_settings()
     assert settings["spark.jars"].split(",") == [str(p) for p in jars.cached_jars()]
     assert settings["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"

@@ -42,9 +42,9 @@ def bare_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
-    """``python -m jobs.dist`` (what ``make dist`` runs) into the driver's /tmp, for the nodes' Python."""
+    """``python -m jobs.runtime.dist`` (what ``make dist`` runs) into the driver's /tmp, for the nodes' Python."""
     out = tmp_path_factory.mktemp("dist")
-    cmd = [sys.executable, "-m", "jobs.dist", "--dir", str(out), "--python", BARE_PYTHON]
+    cmd = [sys.executable, "-m", "jobs.runtime.dist", "--dir", str(out), "--python", BARE_PYTHON]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT * 2)
     assert done.returncode == 0, failed(done)
     return out

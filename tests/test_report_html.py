@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from jobs.audit_report import console_summary, render_html
+from jobs.report.audit_report import console_summary, render_html
 from storelib.verdict import verdict
 
 DATA = Path(__file__).parent / "data"

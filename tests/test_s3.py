@@ -16,9 +16,9 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from jobs.catalog import write_catalog
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import list_segments, parse_store
+from jobs.tables.catalog import write_catalog
 from tests.conftest import FIXTURE_DIR
 from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server  # noqa: F401 (fixture s3)
 from tests.test_delta import BROKER_A, BROKER_B, readme_queries, records_df
@@ -105,7 +105,7 @@ def test_catalog_on_s3_written_by_delta_spark_read_by_delta_rs(s3_spark, s3: S3S
 APPENDER = textwrap.dedent(
     """
     import datetime as dt, sys, time
-    from jobs.history import append_history
+    from jobs.tables.history import append_history
     table, store, start_at, runs = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
     time.sleep(max(0.0, start_at - time.time()))
     now = dt.datetime.now(dt.UTC)

@@ -1,4 +1,4 @@
-"""jobs.session: conf/<profile>.conf read as spark-defaults, and the session built from it."""
+"""jobs.runtime.session: conf/<profile>.conf read as spark-defaults, and the session built from it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cds, session
-from jobs.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
+from jobs.runtime import cds, session
+from jobs.runtime.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
 
 
 @pytest.fixture

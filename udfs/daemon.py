@@ -1,5 +1,5 @@
-"""The Python worker daemon of rmqstore's local runs (``spark.python.daemon.module``, jobs/session.py): pyspark's
-own, started light and warm.
+"""The Python worker daemon of rmqstore's local runs (``spark.python.daemon.module``, jobs/runtime/session.py):
+pyspark's own, started light and warm.
 
 - Spark puts pyspark.zip, py4j's zip and the spark-core jar on the workers' PYTHONPATH, and pyspark's worker
   calls ``importlib.invalidate_caches()`` at every task, which in Python 3.11 re-reads the directory of every

@@ -8,7 +8,7 @@
 4. IndexFile: one task per file position (headers, bytes); then one task per commitlog range: every live
    entry must be a rebuilt entry (keyHash, commitlog offset); every rebuilt entry must be found by the broker's
    lookup over the live files (sampled above ``index_sample``);
-5. report.json and report.html (jobs.audit_report).
+5. report.json and report.html (jobs.report.audit_report).
 
 ``--since-last`` audits only the tail: the segments from the one holding the commitlog max offset of the
 store's last clean run, the queues their messages touch, the IndexFiles covering them.
@@ -117,8 +117,8 @@ def audit(
 ) -> AuditResult:
     """Audit ``store`` against ``rebuilt`` (rebuilding into the work directory when None); write the report.
 
-    ``since``: the summary of the store's last clean run (jobs.history.last_clean_run); only the tail after it
-    is audited (storelib.audit.audit_scope), ``scope_note`` says why a full audit when there is none.
+    ``since``: the summary of the store's last clean run (jobs.tables.history.last_clean_run); only the tail after
+    it is audited (storelib.audit.audit_scope), ``scope_note`` says why a full audit when there is none.
     ``broker_config``: the settings' file, named in the report. ``record``: the run into the history table.
     """
     t0 = time.monotonic()
@@ -253,7 +253,7 @@ def _restarts_if_they_differ(a: Audit, cl_max: int, cq_max_physic_offset: int) -
 def _finish(
     a: Audit, counts: dict[str, Any], queue_rows: list[dict[str, Any]], index_rows: list[IndexPosition], code: int
 ) -> AuditResult:
-    from jobs.audit_report import write_reports
+    from jobs.report.audit_report import write_reports
 
     findings = sorted_findings(a.findings)
     summary = audit_summary(findings, code, counts)

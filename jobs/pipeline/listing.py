@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from jobs.liveness import lock_held
+from jobs.pipeline.liveness import lock_held
 from storelib.config import BrokerConfig, load_store_config
 from storelib.consumequeue import CONSUME_QUEUE, QueueFormat
 from storelib.errors import BadInput

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from jobs.liveness import broker_processes, is_local, local_path, lock_held
 from jobs.pipeline.audit import AuditResult, audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import check_outside_store, real_path
+from jobs.pipeline.liveness import broker_processes, is_local, local_path, lock_held
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE

@@ -1,7 +1,7 @@
 """The audit's outputs: report.json, a self-contained report.html (inline CSS and SVG), a console summary.
 
 Both start with the verdict (storelib.verdict): what the broker does with the store if started now, one line per
-damaged area, and the exact recover command. The page is jobs/templates/report.html, rendered with autoescaping:
+damaged area, and the exact recover command. The page is jobs/report/templates/report.html, rendered with autoescaping:
 every value taken from the store is escaped.
 """
 
@@ -93,7 +93,7 @@ def console_summary(report: dict[str, Any], report_dir: str | None) -> str:
     return "\n".join(lines)
 
 
-# --- report.html (jobs/templates/report.html) ---------------------------------------------------------
+# --- report.html (jobs/report/templates/report.html) ---------------------------------------------------------
 
 
 def _time(ms: int) -> str:
@@ -118,7 +118,7 @@ def _with_times(text: str | None, times: bool) -> Markup:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("jobs", "templates"), autoescape=True, undefined=StrictUndefined
+        loader=jinja2.PackageLoader("jobs.report", "templates"), autoescape=True, undefined=StrictUndefined
     )
     env.filters.update(
         num=lambda value: "" if value is None else f"{value:,}",

@@ -1,4 +1,5 @@
-"""``make dist`` (``python -m jobs.dist``): one package that runs the jobs on a cluster whose nodes have only Spark.
+"""``make dist`` (``python -m jobs.runtime.dist``): one package that runs the jobs on a cluster whose nodes have only
+Spark.
 
 dist/ gets the project's wheel; ``rmqstore-env.tar.gz``, a venv-pack archive of a virtualenv holding the wheel and
 every package the executors (and a driver in cluster mode) import: numba, pyarrow, numpy, pandas, rocksdict,
@@ -20,9 +21,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-from jobs.jars import DELTA_SETTINGS, fetch
+from jobs.runtime.jars import DELTA_SETTINGS, fetch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPARK_PROVIDED = ("pyspark",)  # the cluster's Spark brings it; delta-spark (Python) only needs it at import time
 ARCHIVE = "rmqstore-env.tar.gz"
 EXAMPLE = "--store hdfs:///backups/broker-a --report hdfs:///audits/broker-a --broker-config broker.conf"
@@ -92,7 +93,7 @@ def submit_lines(dist: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.dist", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m jobs.runtime.dist", description=__doc__.splitlines()[0])
     p.add_argument("--dir", default="dist", help="where the package goes (default: dist)")
     p.add_argument("--python", default="python3", help="the Python the nodes run, 3.11+ (default: python3)")
     p.add_argument("--print-only", action="store_true", help="print the spark-submit lines of an existing dist")

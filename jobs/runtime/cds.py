@@ -1,5 +1,5 @@
 """A class-data sharing archive of the local driver JVM: made once per machine by ``make base``, used by sessions
-of a local master when present (jobs/session.py), so the driver maps Spark's classes, already parsed and
+of a local master when present (jobs/runtime/session.py), so the driver maps Spark's classes, already parsed and
 verified, instead of loading them from ~250 jars at every start.
 
 The archive is a JDK dynamic archive (``-XX:ArchiveClassesAtExit``) of one ``rmqstore rebuild`` of a small
@@ -10,9 +10,6 @@ ignores it; ``-Xshare:auto`` (the default) only ever falls back to loading class
 """
 
 from __future__ import annotations
-
-if __package__ in (None, ""):
-    import _bootstrap  # noqa: F401
 
 import hashlib
 import os
@@ -65,7 +62,7 @@ def make_archive(archive: Path) -> None:
 
     from jobs.pipeline.context import Run
     from jobs.pipeline.rebuild import rebuild
-    from jobs.session import spark_session
+    from jobs.runtime.session import spark_session
     from storelib.config import load_broker_config
 
     archive.parent.mkdir(parents=True, exist_ok=True)

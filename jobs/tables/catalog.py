@@ -1,7 +1,7 @@
 """The message catalog: one Delta row per message of a store, for finding messages by key, time or queue.
 
 Written by ``rmqstore rebuild --catalog TABLE`` from the rebuild's parsed records, with delta-spark (see
-jobs.delta for who writes which table). Rows are identified by (``store_id``, ``commitlog_offset``); a rebuild
+jobs.tables.delta for who writes which table). Rows are identified by (``store_id``, ``commitlog_offset``); a rebuild
 MERGEs its store's rows into the table: new records are inserted, changed ones updated, and rows of that store
 id no longer in the store deleted, so a rerun never duplicates a row and leaves the other stores untouched.
 The table is liquid-clustered by ``store_id``, ``store_date`` and ``keys`` (OPTIMIZE after a write that added files), so
@@ -18,7 +18,7 @@ import uuid
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.delta import find_commit, require_delta_spark, spark_path
+from jobs.tables.delta import find_commit, require_delta_spark, spark_path
 
 CLUSTER_BY = ["store_id", "store_date", "keys"]
 ROW_KEY = ["store_id", "commitlog_offset"]  # one message record of one store

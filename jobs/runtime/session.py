@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobs.cds import archive_option
-from jobs.jars import jar_defaults
+from jobs.runtime.cds import archive_option
+from jobs.runtime.jars import jar_defaults
 from storelib.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LOG4J_CONFIG = CONF_DIR / "log4j2.properties"
 VERBOSE = "spark.rmqstore.verbose"
 DEFAULTS: dict[str, str] = {"spark.master": "local[*]"}  # the layer under every profile
@@ -113,7 +113,8 @@ def has_own_log4j(settings: dict[str, str]) -> bool:
 
 def local_jvm_options(settings: dict[str, str]) -> dict[str, str]:
     """The driver JVM's options with LOCAL_JVM_OPTION added unless the user's set a compiler level or code cache,
-    and the class-data archive (jobs/cds.py) when there is one and the user's choose nothing about class sharing."""
+    and the class-data archive (jobs/runtime/cds.py) when there is one and the user's choose nothing about class
+    sharing."""
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
     compiler = "TieredStopAtLevel" in current or "ReservedCodeCacheSize" in current

@@ -1,10 +1,10 @@
 """Delta tables of the jobs, and who writes each one.
 
-- The **message catalog** is written by delta-spark (jobs.catalog): MERGE, liquid clustering and OPTIMIZE
+- The **message catalog** is written by delta-spark (jobs.tables.catalog): MERGE, liquid clustering and OPTIMIZE
   need it, and one rebuild writes one store's rows at a time. delta-spark's log store on S3 is safe for one
   writing driver at a time only (two drivers appending at once lost a commit): run catalog writes one after
   another on S3, or configure Delta's S3DynamoDBLogStore.
-- The **audit history** is appended by delta-rs from the driver (jobs.history): 20 nightly audits append at
+- The **audit history** is appended by delta-rs from the driver (jobs.tables.history): 20 nightly audits append at
   once, and delta-rs commits with a conditional write (put if absent), retrying on a newer version, so no
   commit is lost on S3 either.
 
@@ -47,8 +47,9 @@ def require_delta_spark(spark: SparkSession) -> None:
     """RuntimeError naming the fix when the session lacks delta-spark."""
     if not has_delta_spark(spark):
         raise RuntimeError(
-            "this write needs delta-spark on the session: run `make jars` (jobs.jars puts the jars on spark.jars); "
-            "under spark-submit add $(python -m jobs.jars --submit-args) or --packages io.delta:delta-spark_2.13:4.0.1"
+            "this write needs delta-spark on the session: run `make jars` (jobs.runtime.jars puts the jars on "
+            "spark.jars); under spark-submit add $(python -m jobs.runtime.jars --submit-args) or --packages "
+            "io.delta:delta-spark_2.13:4.0.1"
         )
 
 

@@ -5,7 +5,7 @@ storelib.findings) or ``"summary"`` (exit code, counts, what the run covered and
 ``run_id``, ``store`` and ``started_at``. Each run is one commit whose userMetadata names the run, so the
 table can be read as it was after any earlier run. Not partitioned: a few rows per run.
 
-Appended by delta-rs from the driver (jobs.delta.append_rows), not by Spark: many audits append at once,
+Appended by delta-rs from the driver (jobs.tables.delta.append_rows), not by Spark: many audits append at once,
 on S3 too, and delta-rs's conditional-write commits lose none of them. Read by Spark or delta-rs.
 """
 
@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from jobs.delta import append_rows, read_delta, table_exists, table_history
+from jobs.tables.delta import append_rows, read_delta, table_exists, table_history
 from storelib.errors import EXIT_OK
 from storelib.findings import Finding
 

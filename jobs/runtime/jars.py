@@ -1,9 +1,9 @@
 """The JVM jars every session puts on ``spark.jars``: Delta 4.0.1 and S3A (hadoop-aws 3.4.1, slim AWS SDK).
 
-``make jars`` (``python -m jobs.jars``) fetches them once with Maven (conf/jars/pom.xml; ``mvn -C`` fails on a
+``make jars`` (``python -m jobs.runtime.jars``) fetches them once with Maven (conf/jars/pom.xml; ``mvn -C`` fails on a
 jar whose published .sha1 does not match) into ``~/.cache/rmq-store-rebuild/jars`` and checks every jar
 against conf/jars/jars.lock (sha1 and sha256). Once cached it only checks the cache: it works offline.
-Sessions started by ``jobs.session`` take them from the cache, with Delta's extension and catalog, unless the
+Sessions started by ``jobs.runtime.session`` take them from the cache, with Delta's extension and catalog, unless the
 user chose jars or packages; under spark-submit the JVM already runs, so pass ``--jars`` (``--submit-args``).
 """
 
@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "jars"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "jars"
 POM, LOCK = CONF_DIR / "pom.xml", CONF_DIR / "jars.lock"
 CACHE = Path(os.environ.get("RMQSTORE_JAR_CACHE", "~/.cache/rmq-store-rebuild/jars")).expanduser()
 DELTA_SETTINGS = {
@@ -29,7 +29,7 @@ DELTA_SETTINGS = {
 }
 #: settings by which a user already chose the session's jars or extensions: then the cache is not added
 USER_CHOICES = ("spark.jars", "spark.jars.packages", "spark.sql.extensions")
-_LOCK_HEAD = "# sha1 sha256 jar, checked by `make jars`; rewritten by `python -m jobs.jars --update-lock`"
+_LOCK_HEAD = "# sha1 sha256 jar, checked by `make jars`; rewritten by `python -m jobs.runtime.jars --update-lock`"
 
 
 def read_lock(lock: Path = LOCK) -> dict[str, tuple[str, str]]:
@@ -110,7 +110,7 @@ def submit_args() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.jars", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m jobs.runtime.jars", description=__doc__.split("\n")[0])
     p.add_argument("--update-lock", action="store_true", help="fetch per pom.xml and rewrite jars.lock")
     p.add_argument("--submit-args", action="store_true", help="print spark-submit options for the cached jars")
     p.add_argument("--check", action="store_true", help="exit 1 unless the cache holds exactly the locked jars")
