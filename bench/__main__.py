@@ -22,6 +22,7 @@ from bench.generated import (
     BARE_SPARK,
     SESSION_SPARK,
     STORES,
+    audit_process,
     generated_rows,
     kernel_times,
     print_table,
@@ -38,6 +39,7 @@ def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
     runs, outs = [root / f"broker-run-{i}" for i in (0, 1)], [root / f"ours-{i}" for i in (0, 1)]
     bare: list[float] = []
     session: list[float] = []
+    audit: list[float] = []
     theirs: tuple[list[float], list[float]] = ([], [])
     ours: tuple[list[float], list[float]] = ([], [])
     for n in range(repeat):
@@ -47,16 +49,19 @@ def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
             theirs[i].append(broker.broker_rebuild(store, runs[i]))
             args = (store / "store", store / "broker.conf", outs[i], master, "--broker-version", broker.VERSION)
             ours[i].append(rebuild_process(*args)[0])
+        big, version = stores[0], ("--broker-version", broker.VERSION)
+        audit.append(audit_process(big / "store", big / "broker.conf", root / "audit-report", master, *version))
         print(
             f"round {n + 1}: bare Spark {bare[-1]:.1f} s (our session {session[-1]:.1f} s), "
-            f"broker {theirs[0][-1]:.1f} / {theirs[1][-1]:.1f} s, ours {ours[0][-1]:.1f} / {ours[1][-1]:.1f} s",
+            f"broker {theirs[0][-1]:.1f} / {theirs[1][-1]:.1f} s, ours {ours[0][-1]:.1f} / {ours[1][-1]:.1f} s, "
+            f"audit {audit[-1]:.1f} s",
             flush=True,
         )
     differing = tuple(broker.differing_files(run / "store", out) for run, out in zip(runs, outs))
-    for path in (*runs, *outs):
+    for path in (*runs, *outs, root / "audit-report"):
         shutil.rmtree(path, ignore_errors=True)
     messages = (broker.BIG.messages, broker.EMPTY.messages)
-    return Measured(messages, theirs, ours, bare, session, differing)  # type: ignore[arg-type]
+    return Measured(messages, theirs, ours, bare, session, audit, differing)  # type: ignore[arg-type]
 
 
 def machine() -> str:

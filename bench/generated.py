@@ -167,6 +167,15 @@ def rebuild_process(store: Path, conf: Path, out: Path, master: str, *extra: str
     return seconds, json.loads((out / "rebuild.json").read_text())
 
 
+def audit_process(store: Path, conf: Path, report: Path, master: str, *extra: str) -> float:
+    """Whole-process seconds of ``rmqstore audit`` of ``store`` (its own rebuild included); the store must be found
+    clean (exit 0), else the bench stops."""
+    shutil.rmtree(report, ignore_errors=True)
+    cli = str(Path(sys.executable).with_name("rmqstore"))
+    cmd = [cli, "audit", "--store", str(store), "--report", str(report), "--broker-config", str(conf)]
+    return timed([*cmd, "--master", master, *extra])[0]
+
+
 def generated_rows(root: Path, chosen: list[str], master: str, repeat: int) -> dict[str, dict]:
     """Every chosen generated store: generated when missing, rebuilt ``repeat`` times (the fastest kept), read raw,
     one parse task alone."""

@@ -69,7 +69,7 @@ def test_rebuilds_compare_queues_by_path_and_index_files_by_order(tmp_path: Path
     assert "consumequeue/T/1/00000000000000000000" in differing_files(broker, other)
 
 
-def measured(broker_big: float, ours_big: float, ours_empty: float, bare: float) -> Measured:
+def measured(broker_big: float, ours_big: float, ours_empty: float, bare: float, audit: float = 10.0) -> Measured:
     """Three rounds around the given medians."""
     return Measured(
         messages=(1_500_000, 1_600),
@@ -77,6 +77,7 @@ def measured(broker_big: float, ours_big: float, ours_empty: float, bare: float)
         ours=([ours_big, ours_big + 2, ours_big - 1], [ours_empty, ours_empty + 1, ours_empty - 0.5]),
         bare=[bare + 0.5, bare, bare - 3],
         session=[bare / 2, bare / 2 + 1, bare / 2 - 1],
+        audit=[audit, audit - 1, audit + 4],
         differing=([], ["index/20261124232552949"]),
     )
 
@@ -88,10 +89,11 @@ def test_ratios_come_from_the_median_round_of_each() -> None:
     assert r["empty_vs_bare"] == 4.0 / 8.0
     assert r["marginal"] == marginal_rate(m.messages, (9.0, 4.0)) / marginal_rate(m.messages, (6.0, 0.3))
     assert marginal_rate(m.messages, (9.0, 4.0)) == (1_500_000 - 1_600) / 5.0
+    assert r["audit_vs_rebuild"] == 10.0 / 9.0
 
 
 def test_the_table_shows_times_rates_targets_and_differences() -> None:
-    good, bad = measured(6.0, 9.0, 4.0, 8.0), measured(6.0, 20.0, 7.0, 8.0)
+    good, bad = measured(6.0, 9.0, 4.0, 8.0), measured(6.0, 20.0, 7.0, 8.0, audit=31.0)
     text = table(good, "5.5.0", 723)
     assert f"{ratios(good)['whole']:.2f}x broker speed (>= {TARGETS['whole']}: meets)" in text
     assert f"nearly empty {ratios(good)['empty_vs_bare']:.2f}x bare (<= {TARGETS['empty_vs_bare']}: meets)" in text
@@ -100,4 +102,5 @@ def test_the_table_shows_times_rates_targets_and_differences() -> None:
     assert f"nearly empty {4.0 / 4.0:.2f}x it" in text
     assert "big store, consumequeue/ and index/ of both rebuilds: byte-equal" in text
     assert "DIFFER: index/20261124232552949" in text
-    assert table(bad, "5.5.0", 723).count("misses") == 3
+    assert f"{10.0 / 9.0:.2f}x our rebuild (<= {TARGETS['audit_vs_rebuild']}: meets)" in text
+    assert table(bad, "5.5.0", 723).count("misses") == 4
