@@ -52,16 +52,17 @@ def delta_rows(table: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def rebuilt_expired(cluster: Cluster) -> tuple[Path, subprocess.CompletedProcess]:
-    """expired/ rebuilt once on the cluster, into the shared dir."""
-    out = cluster.new_dir("rebuilt") / "out"
-    done = cluster.submit("rebuild", ["--store", str(EXPIRED), "--out", str(out), "--broker-config", str(BROKER_CONF)])
-    return out, done
+def rebuilt_expired(cluster: Cluster) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """expired/ rebuilt once on the cluster, into the shared dir, with its message catalog (store id broker-a)."""
+    out, catalog = cluster.new_dir("rebuilt") / "out", cluster.new_dir("catalog") / "table"
+    args = ["--store", str(EXPIRED), "--out", str(out), "--broker-config", str(BROKER_CONF)]
+    done = cluster.submit("rebuild", [*args, "--catalog", str(catalog), "--store-id", "broker-a"])
+    return out, catalog, done
 
 
 @needs_sample
 def test_rebuild_on_the_cluster_matches_the_broker(rebuilt_expired):
-    out, done = rebuilt_expired
+    out, _, done = rebuilt_expired
     assert done.returncode == 0, failed(done)
     assert EXPIRED_SUMMARY in done.stdout
     assert_same_index(EXPIRED, out)
@@ -69,40 +70,24 @@ def test_rebuild_on_the_cluster_matches_the_broker(rebuilt_expired):
 
 
 @needs_sample
-def test_audit_with_rebuilt_on_the_cluster(cluster: Cluster, rebuilt_expired):
-    out, _ = rebuilt_expired
-    report = cluster.new_dir("report")
-    args = [
-        "--store",
-        str(EXPIRED),
-        "--rebuilt",
-        str(out),
-        "--report",
-        str(report),
-        "--broker-config",
-        str(BROKER_CONF),
-    ]
-    done = cluster.submit("audit", args)
+def test_rebuild_with_catalog_on_the_cluster(rebuilt_expired):
+    _, catalog, done = rebuilt_expired
     assert done.returncode == 0, failed(done)
-    summary = json.loads((report / "report.json").read_text())["summary"]
-    assert (summary["exit_code"], summary["error"], summary["warning"]) == (0, 0, 0)
-    assert summary["commitlog"]["messages"] == 6900
+    rows = delta_rows(catalog)
+    summary = json.loads((FIXTURE_DIR / "expected" / "expired" / "dump_summary.json").read_text())
+    assert len(rows) == summary["messages"]
+    assert {r["store_id"] for r in rows} == {"broker-a"}
+    by_topic: dict[str, int] = {}
+    for r in rows:
+        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + 1
+    assert by_topic == summary["messagesByTopic"]
 
 
 @needs_sample
-def test_audit_without_rebuilt_on_the_cluster(cluster: Cluster):
-    """The audit rebuilds by itself: its work dir must be one the executors see, not the driver's /tmp."""
-    report = cluster.new_dir("report")
-    done = cluster.submit(
-        "audit", ["--store", str(EXPIRED), "--report", str(report), "--broker-config", str(BROKER_CONF)]
-    )
-    assert done.returncode == 0, failed(done)
-    assert json.loads((report / "report.json").read_text())["summary"]["exit_code"] == 0
-
-
-@needs_sample
-def test_audit_history_since_last_twice_on_the_cluster(cluster: Cluster, rebuilt_expired):
-    out, _ = rebuilt_expired
+def test_audit_with_rebuilt_and_history_since_last_twice_on_the_cluster(cluster: Cluster, rebuilt_expired):
+    """The first run (no clean run yet: a full audit) finds the store clean; the second audits only the tail.
+    (The audit that rebuilds by itself on the cluster, its work dir one the executors see, is the nightly test's.)"""
+    out, _, _ = rebuilt_expired
     table, reports = cluster.new_dir("history") / "table", cluster.new_dir("reports")
     run_ids = []
     for n in (1, 2):
@@ -111,28 +96,15 @@ def test_audit_history_since_last_twice_on_the_cluster(cluster: Cluster, rebuilt
         done = cluster.submit("audit", args)
         assert done.returncode == 0, failed(done)
         run_ids.append(json.loads((reports / str(n) / "report.json").read_text())["run"]["history"]["run_id"])
+    summary = json.loads((reports / "1" / "report.json").read_text())["summary"]
+    assert (summary["exit_code"], summary["error"], summary["warning"]) == (0, 0, 0)
+    assert summary["commitlog"]["messages"] == 6900
     summaries = sorted((r for r in delta_rows(table) if r["row_type"] == "summary"), key=lambda r: r["started_at"])
     assert [(r["run_id"], r["store"], r["exit_code"], r["base_run_id"]) for r in summaries] == [
         (run_ids[0], "broker-a", 0, None),
         (run_ids[1], "broker-a", 0, run_ids[0]),
     ]
     assert len(summaries[1]["segments_audited"]) < len(summaries[0]["segments_audited"])  # only the tail
-
-
-@needs_sample
-def test_rebuild_with_catalog_on_the_cluster(cluster: Cluster):
-    base = cluster.new_dir("catalog")
-    args = ["--store", str(EXPIRED), "--out", str(base / "out"), "--broker-config", str(BROKER_CONF)]
-    done = cluster.submit("rebuild", [*args, "--catalog", str(base / "catalog"), "--store-id", "broker-a"])
-    assert done.returncode == 0, failed(done)
-    rows = delta_rows(base / "catalog")
-    summary = json.loads((FIXTURE_DIR / "expected" / "expired" / "dump_summary.json").read_text())
-    assert len(rows) == summary["messages"]
-    assert {r["store_id"] for r in rows} == {"broker-a"}
-    by_topic: dict[str, int] = {}
-    for r in rows:
-        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + 1
-    assert by_topic == summary["messagesByTopic"]
 
 
 @needs_sample
@@ -203,7 +175,8 @@ def default_store(cluster: Cluster) -> Path:
 
 
 def test_nightly_script_audits_a_fleet_on_the_cluster(cluster: Cluster, default_store: Path):
-    """Two stores (the same bytes under two ids) in one application: a row and a report each, exit 0."""
+    """Two stores (the same bytes under two ids) in one application: a row and a report each, exit 0; each audit
+    rebuilds its store itself on the cluster, in a work dir the executors see (not the driver's /tmp)."""
     base = cluster.new_dir("nightly-run")
     env = {
         **cluster.env,
@@ -226,95 +199,3 @@ def test_nightly_script_audits_a_fleet_on_the_cluster(cluster: Cluster, default_
     (run,) = (base / "reports").iterdir()
     for store_id in ("broker-a", "broker-b"):
         assert json.loads((run / store_id / "report.json").read_text())["summary"]["exit_code"] == 0
-
-
-# --- settings layers and the console (spark-submit and rmqstore on local[1]: no cluster needed) ----------------
-
-PROBE = """
-import argparse, json, sys
-sys.path.insert(0, {root!r})
-from jobs.cli import add_spark_options
-from jobs.runtime.session import spark_session
-p = argparse.ArgumentParser()
-add_spark_options(p)
-args = p.parse_args()
-spark, _ = spark_session("probe", args.master, args.profile, args.conf)
-keys = ["spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.python.daemon.module"]
-print(json.dumps({{k: spark.conf.get(k, None) for k in keys}}))
-spark.stop()
-"""
-
-
-def probe_settings(tmp_path: Path, submit_conf: list[str], our_conf: list[str]) -> dict[str, str]:
-    """The settings a job's session ends up with under ``spark-submit --conf ... probe.py --conf ...``."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(PROBE.format(root=str(ROOT)))
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    cmd = [str(spark_submit), "--master", "local[1]", *(a for kv in submit_conf for a in ("--conf", kv)), str(probe)]
-    cmd += [a for kv in our_conf for a in ("--conf", kv)]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
-    assert done.returncode == 0, failed(done)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize(
-    ("submit_conf", "our_conf", "partitions"),
-    [
-        ([], [], "8"),  # conf/local.conf
-        (["spark.sql.shuffle.partitions=3"], [], "3"),  # spark-submit's --conf over the profile
-        (["spark.sql.shuffle.partitions=3"], ["spark.sql.shuffle.partitions=5"], "5"),  # ours over spark-submit's
-    ],
-    ids=["profile", "spark-submit-over-profile", "ours-over-spark-submit"],
-)
-def test_settings_precedence_under_spark_submit(tmp_path, submit_conf, our_conf, partitions):
-    got = probe_settings(tmp_path, submit_conf, our_conf)
-    # the profile fills; spark-submit's workers keep pyspark's daemon (they may get udfs only from --py-files)
-    expected = {"spark.sql.shuffle.partitions": partitions, "spark.default.parallelism": "8"}
-    assert got == {**expected, "spark.python.daemon.module": None}
-
-
-def rmqstore_rebuild(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "jobs.cli", "rebuild", "--store", str(EXPIRED), "--out", str(out)]
-    cmd += ["--broker-config", str(BROKER_CONF), "--master", "local[1]", *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT)
-
-
-@needs_sample
-def test_console_is_quiet_and_verbose_brings_spark_back(tmp_path):
-    quiet = rmqstore_rebuild(tmp_path / "quiet")
-    assert quiet.returncode == 0, failed(quiet)
-    assert EXPIRED_SUMMARY in quiet.stdout
-    lines = quiet.stderr.splitlines()
-    assert [line for line in lines if line.startswith("broker rules ")] != []  # the rules used, said once
-    noise = [line for line in lines if not line.startswith(("  parse: ", "broker rules "))]
-    assert noise == []
-    verbose = rmqstore_rebuild(tmp_path / "verbose", "--verbose")
-    assert verbose.returncode == 0, failed(verbose)
-    for text in ("WARNING: Using incubator modules", "WARN NativeCodeLoader", "Using Spark's default log4j profile"):
-        assert text in verbose.stderr
-
-
-def test_layers_fill_only_the_keys_nobody_set(tmp_path, monkeypatch):
-    from jobs.runtime.session import DEFAULTS, layered_settings, parse_overrides, read_properties, submitted_settings
-
-    (tmp_path / "spark-defaults.conf").write_text("# site\nspark.sql.shuffle.partitions 6\nspark.executor.cores=3\n")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    submitted = submitted_settings()  # not under spark-submit: SPARK_CONF_DIR's spark-defaults.conf
-    assert submitted == {"spark.sql.shuffle.partitions": "6", "spark.executor.cores": "3"}
-    ours = parse_overrides(["spark.executor.cores=1", "spark.app.name=a=b"])
-    got = layered_settings("local", submitted, ours)
-    local = read_properties(ROOT / "conf" / "local.conf")
-    assert got["spark.sql.shuffle.partitions"] == "6" != local["spark.sql.shuffle.partitions"]
-    assert got["spark.executor.cores"] == "1" and got["spark.app.name"] == "a=b"
-    assert got["spark.default.parallelism"] == local["spark.default.parallelism"]
-    assert got["spark.master"] == DEFAULTS["spark.master"]
-
-
-def test_a_conf_without_equals_is_a_settings_error():
-    from jobs.runtime.session import parse_overrides
-    from storelib.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
-        parse_overrides(["spark.sql.shuffle.partitions"])
