@@ -190,6 +190,19 @@ class Cluster:
         daemons = set(self.worker_processes("pyspark.daemon"))
         return [pid for pid in daemons if parent_pid(pid) in daemons]
 
+    def sql_python_workers(self) -> list[int]:
+        """The Python workers of Spark SQL's runners (``mapInArrow``: the parse, the writers): Spark starts their
+        daemon with SPARK_SIMPLIFIED_TRACEBACK set, an RDD job's daemon without it (its worker, reused, may sit idle
+        while the parse runs: killing it loses no task)."""
+        return [pid for pid in self.python_workers() if b"SPARK_SIMPLIFIED_TRACEBACK=" in _environ(pid)]
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
 
 def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:

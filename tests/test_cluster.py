@@ -136,14 +136,14 @@ def executor_jvms(cluster: Cluster) -> list[int]:
     return cluster.worker_processes("CoarseGrainedExecutorBackend")
 
 
-@pytest.mark.parametrize("victim", [executor_jvms, Cluster.python_workers], ids=["executor-jvm", "python-worker"])
+@pytest.mark.parametrize("victim", [executor_jvms, Cluster.sql_python_workers], ids=["executor-jvm", "python-worker"])
 def test_a_process_killed_mid_rebuild_costs_a_retry_not_the_result(cluster: Cluster, big_store: Path, victim):
     out, log = cluster.new_dir("fault") / "out", cluster.new_dir("log") / "submit.log"
     args = ["--store", str(big_store / "store"), "--out", str(out), "--broker-config", str(big_store / "broker.conf")]
     job = cluster.start_submit("rebuild", args, log)
     try:
         # a Python worker forked on the executor: segments are being parsed
-        wait_for(lambda: cluster.python_workers() or job.poll() is not None, JOB_TIMEOUT, "a parse task")
+        wait_for(lambda: cluster.sql_python_workers() or job.poll() is not None, JOB_TIMEOUT, "a parse task")
         pids = victim(cluster)
         assert job.poll() is None and pids, f"the job ended before the kill:\n{log.read_text()[-3000:]}"
         assert not out.exists()
