@@ -76,11 +76,6 @@ BATCH_CONSUME_QUEUE = QueueFormat(
 )
 
 
-def batch_queue_dir(topic: str, queue_id: int) -> str:
-    """``batchconsumequeue/<topic>/<queueId>`` relative path, after validating both parts."""
-    return BATCH_CONSUME_QUEUE.queue_dir(topic, queue_id)
-
-
 @dataclasses.dataclass
 class BatchQueueFiles:
     """One BatchConsumeQueue's files from its units in queue order, one full file at a time."""

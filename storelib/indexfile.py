@@ -162,11 +162,13 @@ class IndexFileReader:
         """``IndexFile.selectPhyOffset``: follow the slot's chain, newest first, for ``key`` (``topic#k``)."""
         key_hash = key_hash_of(key)
         out: list[int] = []
-        for _, e, time_read in self._chain(key_hash, begin):
-            if len(out) >= max_num:
-                break
+        if max_num <= 0:
+            return out
+        for _, e, time_read in self._chain(key_hash, begin):  # stops before the entry after the max_num-th match
             if int(e["key_hash"]) == key_hash and begin <= time_read <= end:
                 out.append(int(e["phy_offset"]))
+                if len(out) >= max_num:
+                    break
         return out
 
     def message_key_hashes(self, key: str, phy_offset: int) -> frozenset[int] | None:

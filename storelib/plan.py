@@ -11,8 +11,6 @@ from typing import Any
 from storelib.findings import KINDS, Finding, blocks_recover, is_divergence, is_repairable
 from storelib.layout import CHECKPOINT
 
-#: the kinds the checkpoint step answers (``Kind.by_checkpoint``)
-CHECKPOINT_KINDS = tuple(name for name, kind in KINDS.items() if kind.by_checkpoint)
 ACTIONS = ("replace", "create", "delete", "truncate")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, finding
-from storelib.plan import CHECKPOINT_KINDS, Plan, Step, recover_plan
+from storelib.plan import Plan, Step, recover_plan
 from tests.broker.fixtures import broker_store  # noqa: F401
 from tests.broker.harness import VARIANTS, VERSIONS
 from tests.storecopy import rmqstore_main
@@ -131,7 +131,7 @@ def test_the_checkpoint_comes_last_whenever_a_file_changes() -> None:
     plan = recover_plan([], REPAIRS, {}, truncate=False)
     assert [s.file for s in plan.steps] == [CQ, "index/20260101000000000", "checkpoint"]
     assert recover_plan([], [], {}, truncate=False).steps == ()
-    for kind in CHECKPOINT_KINDS:
+    for kind in (name for name, kind in KINDS.items() if kind.by_checkpoint):
         alone = recover_plan([finding(kind, "checkpoint", "x")], [], {}, truncate=False)
         assert alone.steps == (Step("replace", "checkpoint", "checkpoint for the rebuilt index"),)
 

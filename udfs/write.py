@@ -10,14 +10,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storelib.batchcq import BCQ_STORE_UNIT_SIZE, BatchQueueFiles, batch_queue_dir
+from storelib.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
-from storelib.consumequeue import QueueFiles
+from storelib.consumequeue import CONSUME_QUEUE, QueueFiles
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.indexfile import IndexHeader, IndexPlan, build_index_file_head, index_file_size
-from storelib.layout import queue_dir
 from udfs.fs import join, resolve, write_file
 from udfs.parse import index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
@@ -41,7 +40,7 @@ class _QueueWriter:
         self.last_commitlog_offset = -1
         self.fs, root = resolve(out_uri)
         try:
-            self.rel = (batch_queue_dir if self.batch else queue_dir)(topic, queue_id)
+            self.rel = (BATCH_CONSUME_QUEUE if self.batch else CONSUME_QUEUE).queue_dir(topic, queue_id)
             self.dir = join(root, self.rel)
         except HostileNameError as exc:
             self.refused = finding("hostile-topic-name", "commitlog", exc.reason, topic=topic, queue_id=queue_id)
