@@ -20,7 +20,7 @@ from typing import Any
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
 from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
-from jobs.report.audit_report import console_summary
+from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
 from jobs.tables.history import append_history, last_clean_run
 from storelib import errors

@@ -132,7 +132,7 @@ def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = 
 
 def rescue(d: Demo) -> int:
     """Break a copy, audit it, run the verdict's own --apply command as printed, audit again, say how to undo."""
-    from jobs.report.audit_report import verdict_lines
+    from jobs.report.console import verdict_lines
 
     break_copy(d)
     before, after = d.rescue / "audit-before", d.rescue / "audit-after"

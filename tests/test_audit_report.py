@@ -5,7 +5,8 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from typing import Any
 
-from jobs.report.audit_report import console_summary, render_html
+from jobs.report.audit_report import render_html
+from jobs.report.console import console_summary
 from storelib.findings import Finding, finding
 from storelib.report import audit_summary
 

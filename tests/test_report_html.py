@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from jobs.report.audit_report import console_summary, render_html
+from jobs.report.audit_report import render_html
+from jobs.report.console import console_summary
 from storelib.verdict import verdict
 
 DATA = Path(__file__).parent / "data"
