@@ -50,6 +50,7 @@ from storelib.layout import (
     offset_file_name,
     queue_dir,
 )
+from storelib.plan import Step
 from storelib.report import SegmentRecord
 from storelib.restart import Restart, SegmentFacts, next_start, stops_recovery
 from storelib.segments import Segment, SegmentSummary
@@ -1068,7 +1069,7 @@ def _first_pair(phys: np.ndarray, codes: np.ndarray) -> list[int] | None:
 # --- scope and repairs ----------------------------------------------------------------------
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Scope:
     """What an audit covers: the commitlog segments from offset ``start`` on, and what it skips.
 
@@ -1082,11 +1083,12 @@ class Scope:
     skipped: list[str] = dataclasses.field(default_factory=list)  # what was not audited, and why
     note: str = ""
 
-    def skip(self, count: int, what: str) -> None:
-        """Record that ``count`` ``what`` were not audited, unchanged since the base run."""
-        if count and self.base:
-            when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
-            self.skipped.append(f"{count} {what} unchanged since run {self.base['run_id']} at {when}")
+    def skipping(self, count: int, what: str) -> tuple[str, ...]:
+        """The note that ``count`` ``what`` were not audited, unchanged since the base run (none for a full audit)."""
+        if not (count and self.base):
+            return ()
+        when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
+        return (f"{count} {what} unchanged since run {self.base['run_id']} at {when}",)
 
     @property
     def base_run_id(self) -> str | None:
@@ -1106,26 +1108,25 @@ class Scope:
 def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None, note: str = "") -> Scope:
     """The whole commitlog (``note`` says why); with ``since`` (a clean run's summary), the segments from the one
     holding its max offset."""
-    full = Scope(0, [s.name for s in segments], note=note)
     if since is None:
-        return full
+        return Scope(0, [s.name for s in segments], note=note)
     base_max = since.get("commitlog_max_offset")
     start = base_max - base_max % segment_size if isinstance(base_max, int) else 0
     tail = [s for s in segments if s.start >= start]
     if base_max is None or not tail:
-        full.note = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
-        return full
+        why = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
+        return Scope(0, [s.name for s in segments], note=why)
     scope = Scope(start, [s.name for s in tail], since)
-    scope.skip(len(segments) - len(tail), f"commitlog segments below offset {start}")
-    return scope
+    below = scope.skipping(len(segments) - len(tail), f"commitlog segments below offset {start}")
+    return dataclasses.replace(scope, skipped=list(below))
 
 
-def repair(action: str, file: str, source: str | None, reason: str) -> dict[str, object]:
+def repair(action: str, file: str, source: str | None, reason: str) -> Step:
     """One step of recover's plan: ``file`` (store-relative) from ``source`` (relative to the rebuilt dir)."""
-    return {"action": action, "file": file, "source": source, "reason": reason}
+    return Step(action, file, reason, source)
 
 
-def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, object]]:
+def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[Step]:
     """Replace or create the rebuilt files of a divergent queue, delete the live files it should not have."""
     rel = qa.rel_dir or queue_dir(qa.topic, qa.queue_id)
     why = ", ".join(k for k in qa.row["kinds"] if KINDS[k].repairable)  # type: ignore[union-attr]
@@ -1136,7 +1137,7 @@ def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, o
 
 def index_repairs(
     positions: list[tuple[str | None, str | None]], findings: list[Finding], previous: str | None
-) -> list[dict[str, object]]:
+) -> list[Step]:
     """Replace differing files by position (keeping live names), create missing ones, delete extra ones.
 
     ``positions``: per position, the live and rebuilt file names; ``previous``: the live file before the first

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from storelib.findings import Finding, finding
-from storelib.plan import recover_plan
+from storelib.plan import Step, recover_plan
 from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
 
 DATA = Path(__file__).parent / "data"
@@ -27,7 +27,8 @@ TRUNCATED_AT, MESSAGES_KEPT, MESSAGES = 1_965_519, 6_836, 11_967
 def with_plan(report: dict[str, Any]) -> dict[str, Any]:
     """The report with recover's plan as the audit puts it there (no rebuilt queue the broker stops at)."""
     findings = [Finding.from_dict(f) for f in report["findings"]]
-    return dict(report, plan=recover_plan(findings, report["repairs"], {}, truncate=False).to_dict())
+    repairs = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in report["repairs"]]
+    return dict(report, plan=recover_plan(findings, repairs, {}, truncate=False).to_dict())
 
 
 def crashed() -> dict[str, Any]:
