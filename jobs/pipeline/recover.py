@@ -21,11 +21,18 @@ jobs.pipeline.durable.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
 
 from jobs.pipeline.audit import AuditResult, audit
-from jobs.pipeline.backup import check_backup_dir, default_backup_dir, read_manifest, restore, write_manifest
+from jobs.pipeline.backup import (
+    Manifest,
+    check_backup_dir,
+    default_backup_dir,
+    read_manifest,
+    restore,
+    write_manifest,
+)
 from jobs.pipeline.context import Run
 from jobs.pipeline.liveness import broker_processes, is_local, local_path, lock_held
 from jobs.pipeline.transaction import apply
@@ -76,13 +83,13 @@ def plan(result: AuditResult, truncate_torn_tail: bool) -> Plan:
     return recover_plan(result.findings, result.repairs, advised.stopping, truncate=True)
 
 
-def undo(store: str, backup: Path) -> dict[str, Any]:
+def undo(store: str, backup: Path) -> Manifest:
     """Put back every file of BACKUP's manifest (reverse order) and delete the files and directories recover created."""
     check_stopped(store)
     root = local_path(store)
     manifest = read_manifest(backup, root)
     restore(root, backup, manifest)
-    manifest["state"] = "undone"
+    manifest = dataclasses.replace(manifest, state="undone")
     write_manifest(backup, manifest)
     return manifest
 

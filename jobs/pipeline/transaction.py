@@ -4,6 +4,7 @@ changing puts the store back from the backup."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -11,10 +12,10 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from jobs.pipeline.backup import (
-    MANIFEST_FORMAT,
+    Manifest,
     back_up,
     check_backup_dir,
     restore,
@@ -115,7 +116,7 @@ def _change(s: Step, target: Path, root: Path, content: Callable[[Step], Piece],
     return sha256
 
 
-def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: BrokerConfig) -> dict[str, Any]:
+def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: BrokerConfig) -> Manifest:
     """Back up, then change the store step by step; returns the manifest written to BACKUP/manifest.json.
 
     Everything is checked before the first byte is written: every target inside the store, a new backup
@@ -135,40 +136,35 @@ def apply(steps: list[Step], store: str, rebuilt: str, backup: Path, cfg: Broker
         return Piece(lambda: fs.open_input_stream(path), 0, fs.get_file_info(path).size)
 
     check_free_space(steps, targets, backup, lambda s: content(s).stop, cfg)
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "store": str(root),
-        "created_at": dt.datetime.now(dt.UTC).isoformat(),
-        "state": "backed-up",
-        "created_dirs": _missing_dirs(root, targets),
-        "steps": [],
-    }
+    created_at = dt.datetime.now(dt.UTC).isoformat()
+    manifest = Manifest(str(root), created_at, "backed-up", tuple(_missing_dirs(root, targets)), ())
     backup.mkdir(parents=True)
     try:
-        manifest["steps"] = back_up(steps, targets, backup)
+        manifest = dataclasses.replace(manifest, steps=back_up(steps, targets, backup))
         write_manifest(backup, manifest)
     except (OSError, Refused) as exc:
         shutil.rmtree(backup, ignore_errors=True)
         raise RmqStoreError(f"could not back up into {backup}: {exc}; nothing in the store was changed") from None
-    for step, entry, target in zip(steps, manifest["steps"], targets):
+    entries = list(manifest.steps)
+    for i, (step, target) in enumerate(zip(steps, targets)):
         try:
-            entry["new_sha256"] = _change(step, target, root, content, cfg)
+            entries[i] = dataclasses.replace(entries[i], new_sha256=_change(step, target, root, content, cfg))
         except BaseException as exc:  # a full disk, an I/O error, an interrupt: put back what was changed
             _roll_back(root, backup, manifest, f"{step.action} {step.file}: {exc or type(exc).__name__}")
+        manifest = dataclasses.replace(manifest, steps=tuple(entries))
         print(f"  done     {step.action} {step.file}", file=sys.stderr)
-    manifest["state"] = "applied"
+    manifest = dataclasses.replace(manifest, state="applied")
     write_manifest(backup, manifest)
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)
     return manifest
 
 
-def _roll_back(root: Path, backup: Path, manifest: dict[str, Any], failure: str) -> NoReturn:
+def _roll_back(root: Path, backup: Path, manifest: Manifest, failure: str) -> NoReturn:
     """After a failed change: put the store back from the backup, then raise saying what happened."""
     shutil.rmtree(root / TMP_DIR, ignore_errors=True)  # the failed step's temporary file: space for the undo
     try:
         restore(root, backup, manifest)
-        manifest["state"] = "rolled-back"
-        write_manifest(backup, manifest)
+        write_manifest(backup, dataclasses.replace(manifest, state="rolled-back"))
     except Exception as exc:
         raise RmqStoreError(
             f"recover --apply failed at {failure}; undoing it failed too ({exc}); the store is half-changed: "
