@@ -60,14 +60,38 @@ from storelib.segments import Segment, SegmentSummary
 _NO_FILE, _TORN, _UNIT = 0, 1, 2
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class QueueRow:
+    """report.json's ``queues`` entry: one line of the per-queue table. ``live_max_physic_offset``: the queue's
+    ``getMaxPhysicOffset`` after its recovery, the end of the record its last unit before ``live_end`` points at
+    (-1 without one)."""
+
+    topic: str
+    queue_id: int
+    status: str  # the worst severity of its findings, "ok" without one
+    kinds: tuple[str, ...]
+    live_entries: int
+    live_end: int | None
+    rebuilt_entries: int
+    rebuilt_min: int | None
+    rebuilt_end: int | None
+    live_max_physic_offset: int
+    first_bad_queue_offset: int | None
+    bad_entries: int
+
+    def to_json(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "kinds": list(self.kinds)}
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueAudit:
-    """One queue's findings, its row of the per-queue table, and the files recover would change."""
+    """One queue's findings, its row of the per-queue table (None when a live file could not be read: the queue
+    was not audited), and the files recover would change: what an executor's queue task returns."""
 
     topic: str
     queue_id: int
     findings: list[Finding]
-    row: dict[str, object]
+    row: QueueRow | None
     write: list[str]  # rebuilt file names that replace or create live files
     delete: list[str]  # live file names to delete
     rel_dir: str | None = None  # the queue's directory, when not consumequeue/<topic>/<queueId>
@@ -251,7 +275,7 @@ class _Queue:
             )
         ]
 
-    def row(self, findings: list[Finding], live_entries: int) -> dict[str, object]:
+    def row(self, findings: list[Finding], live_entries: int) -> QueueRow:
         b = self.base
         return _row(
             self.topic,
@@ -548,24 +572,23 @@ def _row(
     rebuilt_min: int | None,
     rebuilt_end: int | None,
     live_max_physic_offset: int = -1,
-) -> dict[str, object]:
-    """One line of the per-queue table (``live_max_physic_offset``: the queue's ``getMaxPhysicOffset`` after
-    its recovery, the end of the record its last unit before ``live_end`` points at; -1 without one)."""
+) -> QueueRow:
+    """One line of the per-queue table."""
     bad = [f for f in findings if is_divergence(f)]
-    return {
-        "topic": topic,
-        "queue_id": queue_id,
-        "status": worst(findings),
-        "kinds": sorted({f.kind for f in findings}),
-        "live_entries": live_entries,
-        "live_end": live_end,
-        "rebuilt_entries": rebuilt_entries,
-        "rebuilt_min": rebuilt_min,
-        "rebuilt_end": rebuilt_end,
-        "live_max_physic_offset": live_max_physic_offset,
-        "first_bad_queue_offset": min((f.queue_offset for f in bad if f.queue_offset is not None), default=None),
-        "bad_entries": sum(f.count or 0 for f in bad),
-    }
+    return QueueRow(
+        topic,
+        queue_id,
+        worst(findings),
+        tuple(sorted({f.kind for f in findings})),
+        live_entries,
+        live_end,
+        rebuilt_entries,
+        rebuilt_min,
+        rebuilt_end,
+        live_max_physic_offset,
+        min((f.queue_offset for f in bad if f.queue_offset is not None), default=None),
+        sum(f.count or 0 for f in bad),
+    )
 
 
 @dataclasses.dataclass
@@ -1129,7 +1152,7 @@ def repair(action: str, file: str, source: str | None, reason: str) -> Step:
 def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[Step]:
     """Replace or create the rebuilt files of a divergent queue, delete the live files it should not have."""
     rel = qa.rel_dir or queue_dir(qa.topic, qa.queue_id)
-    why = ", ".join(k for k in qa.row["kinds"] if KINDS[k].repairable)  # type: ignore[union-attr]
+    why = ", ".join(k for k in (qa.row.kinds if qa.row else ()) if KINDS[k].repairable)
     present = set(live_files)
     out = [repair("replace" if n in present else "create", f"{rel}/{n}", f"{rel}/{n}", why) for n in qa.write]
     return out + [repair("delete", f"{rel}/{n}", None, why) for n in qa.delete]

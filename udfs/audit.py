@@ -7,7 +7,6 @@ Each function takes paths relative to a store root (``consumequeue/<topic>/<queu
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ import pyarrow.fs as pafs
 from storelib.audit import (
     EntryScope,
     IndexPart,
+    QueueAudit,
     check_index_header,
     classify_queue,
     compare_index_files,
@@ -50,8 +50,11 @@ def _map(store: str, rel: str) -> bytes | memoryview:
     return map_file(fs, join(root, rel))
 
 
-def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> str:
-    """One queue: read its live and rebuilt files, classify; JSON of QueueAudit (findings as dicts)."""
+def audit_queue(
+    row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int
+) -> QueueAudit:
+    """One queue (a task row: topic, queue_id, live_files, rebuilt_files): its live and rebuilt files read and
+    classified; without a row when a live file cannot be read."""
     topic, queue_id = row["topic"], row["queue_id"]
     rel_dir = queue_dir(topic, queue_id)
     live: dict[str, bytes] = {}
@@ -59,19 +62,11 @@ def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig
         try:
             live[name] = _read(store, f"{rel_dir}/{name}")
         except OSError as exc:
-            f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id).to_dict()
-            return json.dumps({"findings": [f], "row": None, "write": [], "delete": [], "unreadable": True})
+            return QueueAudit(
+                topic, queue_id, [unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id)], None, [], []
+            )
     rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
-    qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
-    return json.dumps(
-        {
-            "findings": [f.to_dict() for f in qa.findings],
-            "row": qa.row,
-            "write": qa.write,
-            "delete": qa.delete,
-            "unreadable": False,
-        }
-    )
+    return classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
 
 
 def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int | None]:

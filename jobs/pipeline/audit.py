@@ -167,7 +167,7 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     with Progress(a.run, len(a.rebuild_report.consume_queues), 0, "queues"):
         queue_rows, found_queues = audit_queues(a)
     found += found_queues
-    cq_max = max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1)
+    cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
     log, found_log = audit_log(a, list(found.findings), cq_max)
     found += found_log + audit_dledger(a)
     index_rows, keys, found_index = audit_index(a, log)
@@ -182,7 +182,7 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
             "max_offset": commitlog.max_offset,
             "segments": len(commitlog.segments),
         },
-        {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r["status"] in ("ok", "info"))},
+        {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r.status in ("ok", "info"))},
         {
             "live_files": sum(1 for r in index_rows if r.live),
             "rebuilt_files": sum(1 for r in index_rows if r.rebuilt),

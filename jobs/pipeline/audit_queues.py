@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueAudit, queue_repairs
+from storelib.audit import QueueRow, queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
@@ -45,7 +45,7 @@ _TASK_SCHEMA = T.StructType(
 )
 
 
-def audit_queues(a: Audit) -> tuple[list[dict[str, Any]], Found]:
+def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     """The per-queue rows of the report, and the queues' findings and repairs.
 
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
@@ -67,7 +67,7 @@ def audit_queues(a: Audit) -> tuple[list[dict[str, Any]], Found]:
         return rows, Found(tuple(bad)) + found
 
 
-def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[list[dict[str, Any]], Found]:
+def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[list[QueueRow], Found]:
     """The queues of ``live_root`` (the store, or the RocksDB ConsumeQueue in ``rocksdb_dir`` laid out as files)."""
     live, listing = list_queues(live_root)
     kept = [f for f in listing if not _rocksdb_file(f)] if rocksdb_dir is None else _stale_file_queues(a.store)
@@ -96,18 +96,18 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
         .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
         .collect()
     )
-    for r in map(json.loads, results):
-        findings = [Finding.from_dict(f) for f in r["findings"]]
-        found += Found(tuple(findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in findings]))
-        if r["row"]:
-            out.append(r["row"])
-            qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
+    for qa in results:
+        found += Found(
+            tuple(qa.findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in qa.findings])
+        )
+        if qa.row:
+            out.append(qa.row)
             if rocksdb_dir is None:
                 found += Found(repairs=tuple(queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))))
-    return sorted(out, key=lambda q: (q["topic"], q["queue_id"])), found
+    return sorted(out, key=lambda q: (q.topic, q.queue_id)), found
 
 
-def _audit_batch_queues(a: Audit) -> tuple[list[dict[str, Any]], Found]:
+def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     """Every BatchConsumeQueue, live or rebuilt, one task each: their rows, findings and repairs."""
     live, listing = list_queues(a.store, BATCH_CONSUME_QUEUE)
     built, _ = list_queues(a.rebuilt, BATCH_CONSUME_QUEUE)
@@ -124,10 +124,9 @@ def _audit_batch_queues(a: Audit) -> tuple[list[dict[str, Any]], Found]:
         .collect()
     )
     out = []
-    for (key, (live_names, _)), r in zip(tasks, results):
-        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], BATCH_CONSUME_QUEUE.queue_dir(*key))
-        found += Found(tuple(Finding.from_dict(f) for f in r["findings"]), tuple(queue_repairs(qa, live_names)))
-        out.append(r["row"])
+    for (_, (live_names, _)), qa in zip(tasks, results):
+        found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))
+        out.append(qa.row)
     return out, found
 
 

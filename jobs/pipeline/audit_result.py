@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.pipeline.audit_queues import stopping_queues
 from jobs.pipeline.context import Found
-from storelib.audit import Scope
+from storelib.audit import QueueRow, Scope
 from storelib.config import BrokerConfig
 from storelib.findings import Finding
 from storelib.plan import Step, recover_plan
@@ -37,7 +37,7 @@ class Counts:
     commitlog: Mapping[str, int] | None = None
     queues: Mapping[str, int] | None = None
     index: Mapping[str, int] | None = None
-    queue_rows: tuple[dict[str, Any], ...] = ()  # udfs.audit's JSON rows
+    queue_rows: tuple[QueueRow, ...] = ()
     index_rows: tuple[IndexPosition, ...] = ()
 
     def to_json(self) -> dict[str, object]:
@@ -81,7 +81,7 @@ def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: i
         },
         "summary": summary,
         "findings": [f.to_dict() for f in findings],
-        "queues": list(counts.queue_rows),
+        "queues": [r.to_json() for r in counts.queue_rows],
         "index_files": [r.to_json() for r in counts.index_rows],
         "repairs": [r.to_repair() for r in found.repairs],
     }
