@@ -1013,10 +1013,54 @@ class IndexPart:
         return cls(reader.file, np.flatnonzero(mask) + 1, key_hash[mask], phy[mask], reachable)
 
 
-def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], threshold: int) -> dict[str, object]:
-    """One commitlog range: every live entry must be a rebuilt entry (``bad``: per live file the count and the
-    first, entry, keyHash, offset); every distinct rebuilt pair must be reachable in a live file (``missing``
-    and, among the pairs ``threshold`` samples, ``missing_sampled``: count, then the lowest offset, keyHash)."""
+@dataclasses.dataclass(frozen=True)
+class BadEntries:
+    """A live IndexFile's entries in a range that are no rebuilt entry: how many, and the first one's entry number,
+    keyHash and commitlog offset."""
+
+    count: int
+    entry: int
+    key_hash: int
+    phy_offset: int
+
+    def __add__(self, other: BadEntries) -> BadEntries:
+        """Two ranges' bad entries of one file: the counts added, the lowest entry first."""
+        first = min(self, other, key=lambda b: (b.entry, b.key_hash, b.phy_offset))
+        return dataclasses.replace(first, count=self.count + other.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class MissingPairs:
+    """Rebuilt (keyHash, commitlog offset) pairs the broker's lookup over the live files misses: how many, and the
+    lowest (commitlog offset, keyHash) among them."""
+
+    count: int
+    phy_offset: int
+    key_hash: int
+
+    def __add__(self, other: MissingPairs) -> MissingPairs:
+        """Two ranges' missed pairs: the counts added, the lowest (commitlog offset, keyHash) of both."""
+        lowest = min(self, other, key=lambda m: (m.phy_offset, m.key_hash))
+        return dataclasses.replace(lowest, count=self.count + other.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeComparison:
+    """One commitlog range's IndexFile entries compared (what an index range task returns): live entries checked,
+    the bad ones per live file, the distinct rebuilt pairs and how many the sample takes, and those missed (all,
+    and among the sampled)."""
+
+    entries_checked: int
+    bad: Mapping[str, BadEntries]
+    keys_total: int
+    keys_sampled: int
+    missing: MissingPairs | None
+    missing_sampled: MissingPairs | None
+
+
+def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], threshold: int) -> RangeComparison:
+    """One commitlog range: every live entry must be a rebuilt entry; every distinct rebuilt pair must be reachable
+    in a live file (``threshold`` samples the pairs, storelib.audit.sample_threshold)."""
     phys = _distinct(np.concatenate([p.phy_offset for p in rebuilt] or [np.zeros(0, np.int64)]))
     wanted = _distinct(np.concatenate([_pair_codes(phys, p) for p in rebuilt] or [np.zeros(0, np.int64)]))
     bad, found = {}, [np.zeros(0, np.int64)]
@@ -1025,18 +1069,20 @@ def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], thresho
         unknown = np.flatnonzero(~_members(codes, wanted))
         if len(unknown):
             i = int(unknown[0])
-            bad[part.name] = [len(unknown), int(part.entry[i]), int(part.key_hash[i]), int(part.phy_offset[i])]
+            bad[part.name] = BadEntries(
+                len(unknown), int(part.entry[i]), int(part.key_hash[i]), int(part.phy_offset[i])
+            )
         found.append(codes[part.reachable] if part.reachable is not None else codes[:0])
     missing = ~_members(wanted, _distinct(np.concatenate(found)))
     sampled = _sampled(phys, wanted, threshold)
-    return {
-        "entries_checked": sum(len(p.entry) for p in live),
-        "bad": bad,
-        "keys_total": len(wanted),
-        "keys_sampled": int(sampled.sum()),
-        "missing": _first_pair(phys, wanted[missing]),
-        "missing_sampled": _first_pair(phys, wanted[missing & sampled]),
-    }
+    return RangeComparison(
+        entries_checked=sum(len(p.entry) for p in live),
+        bad=bad,
+        keys_total=len(wanted),
+        keys_sampled=int(sampled.sum()),
+        missing=_first_pair(phys, wanted[missing]),
+        missing_sampled=_first_pair(phys, wanted[missing & sampled]),
+    )
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -1080,13 +1126,13 @@ def _sampled(phys: np.ndarray, codes: np.ndarray, threshold: int) -> np.ndarray:
     return (z ^ (z >> np.uint64(31))) < np.uint64(threshold)
 
 
-def _first_pair(phys: np.ndarray, codes: np.ndarray) -> list[int] | None:
-    """[count, commitlog offset, keyHash] of the lowest (offset, keyHash) among ``codes``; None when empty."""
+def _first_pair(phys: np.ndarray, codes: np.ndarray) -> MissingPairs | None:
+    """How many ``codes``, and the lowest (offset, keyHash) among them; None when empty."""
     if not len(codes):
         return None
     phy, key_hash = _unpack(phys, codes)
     lowest = phy == phy.min()
-    return [len(codes), int(phy.min()), int(key_hash[lowest].min())]
+    return MissingPairs(len(codes), int(phy.min()), int(key_hash[lowest].min()))
 
 
 # --- scope and repairs ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from storelib.audit import (
     EntryScope,
     IndexPart,
     QueueAudit,
+    RangeComparison,
     check_index_header,
     classify_queue,
     compare_index_files,
@@ -142,23 +143,33 @@ def audit_index_file(
     return dataclasses.replace(at, findings=tuple(findings))
 
 
-def audit_index_range(
-    task: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
-) -> dict[str, Any]:
-    """One commitlog range (``task``: its number, the live and rebuilt files with entries there): the live
-    entries against the rebuilt ones and the broker's lookup (storelib.audit.compare_index_range)."""
+@dataclasses.dataclass(frozen=True)
+class IndexRangeTask:
+    """One commitlog range (its number in the audit's EntryScope) and the live and rebuilt IndexFiles with entries
+    there."""
 
-    def parts(root: str, names: list[str], reach: bool) -> list[IndexPart]:
+    range: int
+    live: tuple[str, ...]
+    rebuilt: tuple[str, ...]
+
+
+def audit_index_range(
+    task: IndexRangeTask, store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
+) -> RangeComparison:
+    """One commitlog range: the live entries against the rebuilt ones and the broker's lookup
+    (storelib.audit.compare_index_range)."""
+
+    def parts(root: str, names: tuple[str, ...], reach: bool) -> list[IndexPart]:
         out = []
         for name in names:
             try:
                 reader = IndexFileReader(_map(root, index_file(name)), cfg, name)
             except (OSError, StoreFormatError):
                 continue  # reported by audit_index_file
-            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task["range"]), reach))
+            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task.range), reach))
         return out
 
-    return compare_index_range(parts(store, task["live"], True), parts(rebuilt, task["rebuilt"], False), threshold)
+    return compare_index_range(parts(store, task.live, True), parts(rebuilt, task.rebuilt, False), threshold)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import collections
+import functools
+import operator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
 from jobs.pipeline.progress import Progress
-from storelib.audit import EntryScope, index_range_bounds, index_repairs, range_of, sample_threshold
+from storelib.audit import (
+    BadEntries,
+    EntryScope,
+    RangeComparison,
+    index_range_bounds,
+    index_repairs,
+    range_of,
+    sample_threshold,
+)
 from storelib.checkpoint import Checkpoint
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
 from storelib.restart import index_deleted
-from udfs.audit import IndexPosition, audit_index_file, audit_index_range
+from udfs.audit import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
@@ -95,20 +106,21 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     return _bad_entries(a, results) + missing, keys
 
 
-def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[dict[str, Any]]:
+def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[IndexRangeTask]:
     """Per commitlog range with entries: the live files (readable) and rebuilt files holding some. A rebuilt
     file's entries are in commitlog order, so its header's begin and end offsets give its ranges."""
     files = {f.name: f for f in a.rebuild_report.index_files}
-    tasks: dict[int, dict[str, Any]] = {}
+    live: dict[int, list[str]] = collections.defaultdict(list)
+    built: dict[int, list[str]] = collections.defaultdict(list)
     for r in rows:
         for k in r.ranges if r.live and r.header else []:
-            tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r.live)
+            live[k].append(r.live)
         f = files.get(r.rebuilt) if r.rebuilt else None
         if f and f.index_count > 1:
             first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()
             for k in range(first, last + 1):
-                tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r.rebuilt)
-    return [tasks[k] for k in sorted(tasks)]
+                built[k].append(f.name)
+    return [IndexRangeTask(k, tuple(live[k]), tuple(built[k])) for k in sorted(set(live) | set(built))]
 
 
 def _deleted_on_recovery(log: LogStart, row: IndexPosition) -> list[Finding]:
@@ -134,43 +146,43 @@ def _deleted_on_recovery(log: LogStart, row: IndexPosition) -> list[Finding]:
     ]
 
 
-def _bad_entries(a: Audit, results: list[dict[str, Any]]) -> list[Finding]:
+def _bad_entries(a: Audit, results: list[RangeComparison]) -> list[Finding]:
     """index-bad-entries per live file: the ranges' counts added, the lowest entry first."""
-    bad: dict[str, list[int]] = {}
+    bad: dict[str, BadEntries] = {}
     for r in results:
-        for name, (n, *first) in r["bad"].items():
-            was = bad.get(name, [0, *first])
-            bad[name] = [was[0] + n, *min(was[1:], first)]
+        for name, b in r.bad.items():
+            bad[name] = bad[name] + b if name in bad else b
+    entry_at = INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
     return [
         finding(
             "index-bad-entries",
             index_file(name),
-            f"{n} entries point at no record with a key of their keyHash, the first is entry {entry}",
-            commitlog_offset=phy,
-            file_offset=INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + entry * INDEX_ENTRY_SIZE,
-            count=n,
-            expected=f"a record at commitlog offset {phy} with a key of keyHash {key_hash}",
-            actual=f"keyHash {key_hash} -> no such record",
+            f"{b.count} entries point at no record with a key of their keyHash, the first is entry {b.entry}",
+            commitlog_offset=b.phy_offset,
+            file_offset=entry_at + b.entry * INDEX_ENTRY_SIZE,
+            count=b.count,
+            expected=f"a record at commitlog offset {b.phy_offset} with a key of keyHash {b.key_hash}",
+            actual=f"keyHash {b.key_hash} -> no such record",
         )
-        for name, (n, entry, key_hash, phy) in sorted(bad.items())
+        for name, b in sorted(bad.items())
     ]
 
 
-def _keys_not_found(a: Audit, results: list[dict[str, Any]]) -> tuple[list[Finding], dict[str, int]]:
+def _keys_not_found(a: Audit, results: list[RangeComparison]) -> tuple[list[Finding], dict[str, int]]:
     """index-keys-not-found: the distinct rebuilt pairs the broker's lookup over the live files misses, all of
     them up to ``index_sample`` pairs, else the sampled ones; the entries, pairs and checked pairs counted."""
-    total = sum(r["keys_total"] for r in results)
+    total = sum(r.keys_total for r in results)
     sampled = total > a.index_sample
     info = {
         "keys_total": total,
-        "keys_checked": sum(r["keys_sampled"] for r in results) if sampled else total,
-        "entries_checked": sum(r["entries_checked"] for r in results),
+        "keys_checked": sum(r.keys_sampled for r in results) if sampled else total,
+        "entries_checked": sum(r.entries_checked for r in results),
     }
-    missing = [m for r in results if (m := r["missing_sampled" if sampled else "missing"])]
+    missing = [m for r in results if (m := r.missing_sampled if sampled else r.missing)]
     if not missing:
         return [], info
-    count = sum(m[0] for m in missing)
-    _, phy, key_hash = min(missing, key=lambda m: (m[1], m[2]))
+    m = functools.reduce(operator.add, missing)
+    count, phy, key_hash = m.count, m.phy_offset, m.key_hash
     not_found = finding(
         "index-keys-not-found",
         "index",
