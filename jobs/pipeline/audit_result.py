@@ -1,5 +1,5 @@
-"""What an audit hands back: the stages' findings and repairs (``Found``), their rows, and report.json, built once
-from them and written once (with report.html) when the run has a report directory."""
+"""What an audit hands back: report.json, built once from what the stages found (jobs.pipeline.context.Found),
+their rows and counts, and written once (with report.html) when the run has a report directory."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ class Counts:
 
 @dataclasses.dataclass(frozen=True)
 class AuditResult:
+    """The audit's findings (in report order), report.json's summary and exit code, the report, the repairs."""
+
     findings: list[Finding]
     summary: dict[str, Any]  # report.json's
     exit_code: int
