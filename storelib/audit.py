@@ -51,36 +51,13 @@ from storelib.layout import (
     queue_dir,
 )
 from storelib.plan import Step
-from storelib.report import SegmentRecord
+from storelib.report import QueueRow, SegmentRecord
 from storelib.restart import Restart, SegmentFacts, next_start, stops_recovery
 from storelib.segments import Segment, SegmentSummary
 
 # --- ConsumeQueue --------------------------------------------------------------------------
 
 _NO_FILE, _TORN, _UNIT = 0, 1, 2
-
-
-@dataclasses.dataclass(frozen=True)
-class QueueRow:
-    """report.json's ``queues`` entry: one line of the per-queue table. ``live_max_physic_offset``: the queue's
-    ``getMaxPhysicOffset`` after its recovery, the end of the record its last unit before ``live_end`` points at
-    (-1 without one)."""
-
-    topic: str
-    queue_id: int
-    status: str  # the worst severity of its findings, "ok" without one
-    kinds: tuple[str, ...]
-    live_entries: int
-    live_end: int | None
-    rebuilt_entries: int
-    rebuilt_min: int | None
-    rebuilt_end: int | None
-    live_max_physic_offset: int
-    first_bad_queue_offset: int | None
-    bad_entries: int
-
-    def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "kinds": list(self.kinds)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -515,12 +515,12 @@ def test_record_damage_keeps_its_segment_and_audit_names_hostile_topics_orphans_
 
     a = audit(Run(spark, CFG), str(store), str(tmp_path / "rebuilt"), str(tmp_path / "report"))
     found = {(f.kind, f.file) for f in a.findings}
-    assert any(k == "hostile-topic-name" for k, _ in found) and a.summary["complete"] is False
+    assert any(k == "hostile-topic-name" for k, _ in found) and a.report.summary.complete is False
     assert ("cq-empty-queue", "consumequeue/Ghost/0/00000000000000000000") in found
     assert ("hostile-name", "consumequeue/LinkedTopic") in found
     assert not any(k in ("cq-dirty-tail", "segments-skipped", "segment-zero-tail") for k, _ in found)
-    rows = {(q["topic"], q["queue_id"]): q for q in a.report["queues"]}
-    assert rows[("Ghost", 0)]["status"] == "warning" and ("LinkedTopic", 0) not in rows
+    rows = {(q.topic, q.queue_id): q for q in a.report.queues}
+    assert rows[("Ghost", 0)].status == "warning" and ("LinkedTopic", 0) not in rows
 
 
 def test_recover_never_writes_a_unit_the_broker_stops_at_and_truncates_a_torn_tail(

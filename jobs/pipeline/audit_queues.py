@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueRow, queue_repairs
+from storelib.audit import queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
@@ -27,6 +27,7 @@ from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.plan import Step
+from storelib.report import QueueRow
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
 from udfs.audit import audit_queue
 from udfs.audit_batch import audit_batch_queue

@@ -77,7 +77,7 @@ def plan(result: AuditResult, truncate_torn_tail: bool) -> Plan:
             "the audit cannot vouch for the rebuilt index: "
             + "; ".join(f"{f.kind} {f.file}: {f.message}" for f in blocking[:5])
         )
-    advised = Plan.from_dict(result.report["plan"])
+    advised = result.report.plan
     if not truncate_torn_tail:
         return advised
     return recover_plan(result.findings, result.repairs, advised.stopping, truncate=True)
@@ -120,7 +120,7 @@ def recover(
     if not steps:
         print("recover: nothing to change")
         return EXIT_OK
-    print("\n".join(plan_lines(before.report, [s.to_dict() for s in steps], str(backup) if backup else None)))
+    print("\n".join(plan_lines(before.report, steps, str(backup) if backup else None)))
     if backup is None:
         print("recover: dry run; nothing was changed (--apply to make these changes)")
         return EXIT_OK

@@ -9,9 +9,7 @@ every value taken from the store is escaped.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined
@@ -20,6 +18,7 @@ from markupsafe import Markup, escape
 from jobs.report.charts import CHART_WIDTH, COLORS, LOST, commitlog_chart, queue_chart
 from jobs.report.console import scope_lines
 from storelib.findings import KINDS
+from storelib.report import AuditReport, SettingsRecord
 from storelib.verdict import human_bytes, plural, report_verdict
 from udfs.fs import join, resolve, write_file
 
@@ -27,10 +26,10 @@ BROKER_CLASS = {"start": "ok", "truncate": "error", "refuse": "error", "unknown"
 _TIMESTAMP = re.compile(r"\b1\d{12}\b")  # epoch milliseconds (2001-2286)
 
 
-def write_reports(report_dir: str, report: dict[str, Any]) -> None:
+def write_reports(report_dir: str, report: AuditReport) -> None:
     """DIR/report.json and DIR/report.html (local, HDFS or S3)."""
     fs, root = resolve(report_dir)
-    write_file(fs, join(root, "report.json"), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+    write_file(fs, join(root, "report.json"), report.to_json().encode())
     write_file(fs, join(root, "report.html"), render_html(report).encode())
 
 
@@ -70,26 +69,26 @@ def _environment() -> jinja2.Environment:
 _TEMPLATE = _environment().get_template("report.html")
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: AuditReport) -> str:
     """The whole report as one HTML page: verdict and next command first, then the plan, charts, tables, legend."""
-    v, run = report_verdict(report), report["run"]
-    config = run.get("broker_config") or {}
+    v, run = report_verdict(report), report.run
+    config = run.broker_config
     return (
         _TEMPLATE.render(
             colors=COLORS,
             lost=LOST,
             width=CHART_WIDTH,
             run=run,
-            summary=report["summary"],
+            summary=report.summary,
             v=v,
             broker_class=BROKER_CLASS[v["broker"]],
             advice=v["recover"],
             log=commitlog_chart(report),
             queue_bars=queue_chart(report),
-            findings=report["findings"],
+            findings=report.findings,
             queues=_queue_tables(report),
             legend=[(k, KINDS[k]) for k in _kinds_shown(report) if k in KINDS],
-            config=config,
+            config_path=config.path if config else None,
             settings=_settings(config),
             scope=scope_lines(report),
         )
@@ -97,20 +96,20 @@ def render_html(report: dict[str, Any]) -> str:
     )
 
 
-def _queue_tables(report: dict[str, Any]) -> dict[str, Any]:
+def _queue_tables(report: AuditReport) -> dict[str, object]:
     """Queues with findings first; the ``ok`` ones folded away."""
-    ok = [q for q in report["queues"] if q["status"] == "ok"]
-    bad = [q for q in report["queues"] if q["status"] != "ok"]
-    return {"all": report["queues"], "bad": bad, "ok": ok, "ok_count": plural(len(ok), "queue")}
+    ok = [q for q in report.queues if q.status == "ok"]
+    bad = [q for q in report.queues if q.status != "ok"]
+    return {"all": report.queues, "bad": bad, "ok": ok, "ok_count": plural(len(ok), "queue")}
 
 
-def _kinds_shown(report: dict[str, Any]) -> list[str]:
-    return sorted({f["kind"] for f in report["findings"]} | {k for q in report["queues"] for k in q["kinds"]})
+def _kinds_shown(report: AuditReport) -> list[str]:
+    return sorted({f.kind for f in report.findings} | {k for q in report.queues for k in q.kinds})
 
 
-def _settings(cfg: dict[str, Any]) -> str:
+def _settings(cfg: SettingsRecord | None) -> str:
     """The broker settings that drive the verdict most."""
     if not cfg:
         return "not recorded"
-    size, crc = cfg["mappedFileSizeCommitLog"], str(cfg["checkCRCOnRecover"]).lower()
+    size, crc = cfg.mappedFileSizeCommitLog, str(cfg.checkCRCOnRecover).lower()
     return f"checkCRCOnRecover={crc}, mappedFileSizeCommitLog={size} ({human_bytes(size)})"

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
 
-from storelib.findings import SEVERITIES
+from storelib.findings import SEVERITIES, Finding
 from storelib.layout import COMMITLOG
+from storelib.report import AuditReport
+from storelib.restart import SegmentFacts
 from storelib.verdict import human_bytes, plural, report_verdict
 
 COLORS = {"error": "#c62828", "warning": "#e65100", "info": "#1565c0", "ok": "#2e7d32"}
 LOST = "#ef9a9a"  # the commitlog range a start would truncate, the queue range ConsumeQueue.recover drops
 CHART_WIDTH = 960
+#: what the template draws of a chart (report.html's SVG coordinates, colours, labels)
+View = dict[str, object]
 
 
 def _ticks(lo: int, hi: int) -> list[int]:
@@ -24,25 +27,26 @@ def _ticks(lo: int, hi: int) -> list[int]:
     return list(range(lo - lo % step + step if lo % step else lo, hi + 1, step))
 
 
-def commitlog_chart(report: dict[str, Any]) -> dict[str, Any] | None:
+def commitlog_chart(report: AuditReport) -> View | None:
     """The commitlog by offset: segments, the range a start would truncate, each commitlog finding (worst on top);
     None when no finding is in the commitlog (a bare row of segments says nothing the summary does not)."""
-    segments, marked = report["run"].get("segments", []), _commitlog_findings(report)
+    segments, marked = report.run.segments, _commitlog_findings(report)
     if not segments or not marked:
         return None
-    seg_size = (report["run"].get("broker_config") or {}).get("mappedFileSizeCommitLog") or (
-        segments[1]["start"] - segments[0]["start"] if len(segments) > 1 else max(1, segments[0]["end_offset"])
+    config = report.run.broker_config
+    seg_size = (config.mappedFileSizeCommitLog if config else 0) or (
+        segments[1].start - segments[0].start if len(segments) > 1 else max(1, segments[0].end_offset)
     )
-    lo, hi = segments[0]["start"], segments[-1]["start"] + seg_size
+    lo, hi = segments[0].start, segments[-1].start + seg_size
 
     def x(offset: int) -> float:
         return 10 + (CHART_WIDTH - 20) * (min(max(offset, lo), hi) - lo) / max(1, hi - lo)
 
     boxes = [
         {
-            "x": x(s["start"]),
-            "width": max(1.0, x(s["start"] + seg_size) - x(s["start"])),
-            "fill": "#c8e6c9" if s["messages"] else "#eeeeee",
+            "x": x(s.start),
+            "width": max(1.0, x(s.start + seg_size) - x(s.start)),
+            "fill": "#c8e6c9" if s.messages else "#eeeeee",
             "title": _segment_title(s),
         }
         for s in segments
@@ -56,7 +60,7 @@ def commitlog_chart(report: dict[str, Any]) -> dict[str, Any] | None:
         *[
             (f"background:{COLORS[s]}", f"{s} finding")
             for s in SEVERITIES[::-1]
-            if any(f["severity"] == s for f in marked)
+            if any(f.severity == s for f in marked)
         ],
     ]
     marks, labels = _commitlog_marks(report, x)
@@ -73,19 +77,19 @@ def commitlog_chart(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _segment_title(s: dict[str, Any]) -> str:
-    when = dt.datetime.fromtimestamp(s["first_store_timestamp"] / 1000, dt.UTC) if s["messages"] else None
-    return f"segment {s['file']}: {plural(s['messages'], 'message')}" + (
+def _segment_title(s: SegmentFacts) -> str:
+    when = dt.datetime.fromtimestamp(s.first_store_timestamp / 1000, dt.UTC) if s.messages else None
+    return f"segment {s.file}: {plural(s.messages, 'message')}" + (
         f", first stored {when:%Y-%m-%d %H:%M:%S} UTC" if when else ", zero-filled"
     )
 
 
-def _cut(report: dict[str, Any], x: Callable[[int], float]) -> dict[str, Any] | None:
+def _cut(report: AuditReport, x: Callable[[int], float]) -> View | None:
     """The range the broker's recovery would truncate, and what it loses."""
     cut = report_verdict(report)["truncate"]
     if not cut:
         return None
-    end = report["summary"]["commitlog"]["max_offset"]
+    end = (report.summary.commitlog or {})["max_offset"]
     lost = f"lost if the broker starts now: {human_bytes(cut['bytes'])}" + (
         f", {plural(cut['messages'], 'message')}" if cut["messages"] is not None else ""
     )
@@ -93,63 +97,66 @@ def _cut(report: dict[str, Any], x: Callable[[int], float]) -> dict[str, Any] | 
     return {"x": at, "width": x(end) - at, "middle": (at + x(end)) / 2, "label": lost}
 
 
-def _commitlog_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+def _commitlog_findings(report: AuditReport) -> list[Finding]:
     """Findings about a place in the commitlog (queue and index findings name their entries' offsets too)."""
-    return [
-        f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith(COMMITLOG + "/")
-    ]
+    return [f for f in report.findings if f.commitlog_offset is not None and f.file.startswith(COMMITLOG + "/")]
 
 
-def _commitlog_marks(report: dict[str, Any], x: Callable[[int], float]) -> tuple[list[dict], list[dict]]:
+def _offset(f: Finding) -> int:
+    return f.commitlog_offset or 0
+
+
+def _commitlog_marks(report: AuditReport, x: Callable[[int], float]) -> tuple[list[View], list[View]]:
     """A mark per commitlog finding, least severe first so the worst is drawn on top; one label per nearby group."""
-    found = sorted(_commitlog_findings(report), key=lambda f: SEVERITIES.index(f["severity"]))
-    marks, groups = [], {}
+    found = sorted(_commitlog_findings(report), key=lambda f: SEVERITIES.index(f.severity))
+    marks: list[View] = []
+    groups: dict[int, list[Finding]] = {}
     for f in found:
-        marks.append({"x": x(f["commitlog_offset"]), "f": f})
-        groups.setdefault(round(x(f["commitlog_offset"]) / 60), []).append(f)
-    labels = []
+        marks.append({"x": x(_offset(f)), "f": f})
+        groups.setdefault(round(x(_offset(f)) / 60), []).append(f)
+    labels: list[View] = []
     for row, (_, group) in enumerate(sorted(groups.items())):
         worst = group[-1]
-        kinds = dict.fromkeys(f["kind"] for f in reversed(group))
-        at = x(worst["commitlog_offset"])
+        kinds = dict.fromkeys(f.kind for f in reversed(group))
+        at = x(_offset(worst))
         labels.append(
             {
                 "x": at,
                 "y": 96 + 14 * (row % 2),
                 "anchor": "end" if at > CHART_WIDTH * 0.6 else "start",
-                "severity": worst["severity"],
-                "text": ", ".join(kinds) + f" at {min(f['commitlog_offset'] for f in group):,}",
+                "severity": worst.severity,
+                "text": ", ".join(kinds) + f" at {min(_offset(f) for f in group):,}",
             }
         )
     return marks, labels
 
 
-def _queue_marks(q: dict[str, Any], found: list[dict[str, Any]], end: int) -> list[tuple[int, int, str, str]]:
+def _queue_marks(found: list[Finding], end: int) -> list[tuple[int, int, str, str]]:
     """(from, to, colour, label) per finding of a queue; a zeroed run also marks what ConsumeQueue.recover drops."""
     marks = []
-    for f in sorted(found, key=lambda f: SEVERITIES.index(f["severity"])):
-        first, n = f["queue_offset"], f["count"] or 1
-        if f["kind"] == "cq-zeroed-entries" and first + n < end:
+    for f in sorted(found, key=lambda f: SEVERITIES.index(f.severity)):
+        first, n = f.queue_offset or 0, f.count or 1
+        if f.kind == "cq-zeroed-entries" and first + n < end:
             marks.append((first + n, end, LOST, f"{plural(end - first - n, 'sound entry', 'sound entries')} dropped"))
-        what = f"{f['kind']} at queue offset {first:,}" + (f"–{first + n - 1:,}" if n > 1 else "")
-        marks.append((first, first + n, COLORS[f["severity"]], what))
+        what = f"{f.kind} at queue offset {first:,}" + (f"–{first + n - 1:,}" if n > 1 else "")
+        marks.append((first, first + n, COLORS[f.severity], what))
     return marks
 
 
-def queue_chart(report: dict[str, Any]) -> dict[str, Any] | None:
+def queue_chart(report: AuditReport) -> View | None:
     """One bar per divergent queue (its queue offsets), its damaged ranges marked and labelled; None without one."""
-    rows = [q for q in report["queues"] if q["status"] not in ("ok", "info")]
+    rows = [q for q in report.queues if q.status not in ("ok", "info")]
     if not rows:
         return None
-    by_queue: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for f in report["findings"]:
-        if f["topic"] is not None and f["queue_offset"] is not None:
-            by_queue.setdefault((f["topic"], f["queue_id"]), []).append(f)
+    by_queue: dict[tuple[str | None, int | None], list[Finding]] = {}
+    for f in report.findings:
+        if f.topic is not None and f.queue_offset is not None:
+            by_queue.setdefault((f.topic, f.queue_id), []).append(f)
     label_w, bar_w, pitch = 200, CHART_WIDTH - 280, 46
     bars = []
     for i, q in enumerate(rows):
-        end = max(q["rebuilt_end"] or 0, q["live_end"] or 0, 1)
-        marks = _queue_marks(q, by_queue.get((q["topic"], q["queue_id"]), []), end)
+        end = max(q.rebuilt_end or 0, q.live_end or 0, 1)
+        marks = _queue_marks(by_queue.get((q.topic, q.queue_id), []), end)
         shown = [
             {"x": label_w + bar_w * lo / end, "width": max(2.0, bar_w * (hi - lo) / end), "color": color}
             for lo, hi, color, _ in marks
