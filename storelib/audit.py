@@ -22,6 +22,7 @@ Every result is a ``storelib.findings.Finding`` of a kind registered in ``storel
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Mapping
 
@@ -1116,6 +1117,17 @@ def _first_pair(phys: np.ndarray, codes: np.ndarray) -> MissingPairs | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class CleanRun:
+    """The store's last clean audit in the history table (exit code 0), what a ``--since-last`` run builds on: its
+    run id, when it started (UTC), the commitlog max offset it saw and the segments it read."""
+
+    run_id: str
+    started_at: dt.datetime
+    commitlog_max_offset: int | None = None
+    segments_audited: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Scope:
     """What an audit covers: the commitlog segments from offset ``start`` on, and what it skips.
 
@@ -1125,7 +1137,7 @@ class Scope:
 
     start: int
     segments: list[str]  # names of the commitlog segments audited
-    base: dict[str, object] | None = None
+    base: CleanRun | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)  # what was not audited, and why
     note: str = ""
 
@@ -1133,12 +1145,12 @@ class Scope:
         """The note that ``count`` ``what`` were not audited, unchanged since the base run (none for a full audit)."""
         if not (count and self.base):
             return ()
-        when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
-        return (f"{count} {what} unchanged since run {self.base['run_id']} at {when}",)
+        when = self.base.started_at.isoformat(timespec="seconds")
+        return (f"{count} {what} unchanged since run {self.base.run_id} at {when}",)
 
     @property
     def base_run_id(self) -> str | None:
-        return str(self.base["run_id"]) if self.base else None
+        return self.base.run_id if self.base else None
 
     def to_dict(self) -> dict[str, object]:
         """report.json's ``run.scope``."""
@@ -1151,16 +1163,16 @@ class Scope:
         }
 
 
-def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None, note: str = "") -> Scope:
+def audit_scope(segments: list[Segment], segment_size: int, since: CleanRun | None, note: str = "") -> Scope:
     """The whole commitlog (``note`` says why); with ``since`` (a clean run's summary), the segments from the one
     holding its max offset."""
     if since is None:
         return Scope(0, [s.name for s in segments], note=note)
-    base_max = since.get("commitlog_max_offset")
-    start = base_max - base_max % segment_size if isinstance(base_max, int) else 0
+    base_max = since.commitlog_max_offset
+    start = base_max - base_max % segment_size if base_max is not None else 0
     tail = [s for s in segments if s.start >= start]
     if base_max is None or not tail:
-        why = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
+        why = f"the commitlog does not reach where run {since.run_id} ended ({base_max}): full audit"
         return Scope(0, [s.name for s in segments], note=why)
     scope = Scope(start, [s.name for s in tail], since)
     below = scope.skipping(len(segments) - len(tail), f"commitlog segments below offset {start}")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from jobs.pipeline.audit_index import audit_index
 from jobs.pipeline.audit_log import audit_log
@@ -32,7 +31,7 @@ from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
-from storelib.audit import Scope, audit_scope, stale_finding
+from storelib.audit import CleanRun, Scope, audit_scope, stale_finding
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
@@ -73,14 +72,14 @@ def audit(
     rebuilt: str | None,
     report_dir: str | None,
     index_sample: int = DEFAULT_INDEX_SAMPLE,
-    since: dict[str, Any] | None = None,
+    since: CleanRun | None = None,
     broker_config: str | None = None,
     scope_note: str = "",
     record: Recorder | None = None,
 ) -> AuditResult:
     """Audit ``store`` against ``rebuilt`` (rebuilding into the work directory when None); write the report.
 
-    ``since``: the summary of the store's last clean run (jobs.tables.history.last_clean_run); only the tail after
+    ``since``: the store's last clean run (jobs.tables.history.last_clean_run); only the tail after
     it is audited (storelib.audit.audit_scope), ``scope_note`` says why a full audit when there is none.
     ``broker_config``: the settings' file, named in the report. ``record``: the run into the history table.
     """
