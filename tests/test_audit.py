@@ -389,12 +389,11 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
 
 
 def test_unreadable_or_vanished_queue_file_is_reported(tmp_path) -> None:
-    from udfs.audit import audit_queue
+    from udfs.audit import QueueTask, audit_queue
 
     store = tmp_path / "s"
     (store / "consumequeue" / "T" / "0").mkdir(parents=True)
-    row = {"topic": "T", "queue_id": 0, "live_files": ["00000000000000000000"], "rebuilt_files": [], "schedule": None}
-    qa = audit_queue(row, str(store), str(tmp_path / "r"), CFG, 0, 0)
+    qa = audit_queue(QueueTask("T", 0, ("00000000000000000000",), ()), str(store), str(tmp_path / "r"), CFG, 0, 0)
     assert qa.row is None and qa.findings[0].kind == "unreadable-file"
 
 
@@ -419,14 +418,13 @@ def test_hostile_topic_directory_names_are_reported_not_read(tmp_path, fmt: Queu
 
 @pytest.mark.skipif(__import__("os").geteuid() == 0, reason="running as root: file permissions do not bite")
 def test_unreadable_file_by_permissions(tmp_path) -> None:
-    from udfs.audit import audit_queue
+    from udfs.audit import QueueTask, audit_queue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)
     (d / "00000000000000000000").write_bytes(bytes(8000))
     (d / "00000000000000000000").chmod(0)
-    row = {"topic": "T", "queue_id": 0, "live_files": ["00000000000000000000"], "rebuilt_files": [], "schedule": None}
-    qa = audit_queue(row, str(tmp_path), str(tmp_path / "r"), CFG, 0, 0)
+    qa = audit_queue(QueueTask("T", 0, ("00000000000000000000",), ()), str(tmp_path), str(tmp_path / "r"), CFG, 0, 0)
     assert qa.findings[0].kind == "unreadable-file"
 
 

@@ -51,22 +51,28 @@ def _map(store: str, rel: str) -> bytes | memoryview:
     return map_file(fs, join(root, rel))
 
 
-def audit_queue(
-    row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int
-) -> QueueAudit:
-    """One queue (a task row: topic, queue_id, live_files, rebuilt_files): its live and rebuilt files read and
-    classified; without a row when a live file cannot be read."""
-    topic, queue_id = row["topic"], row["queue_id"]
+@dataclasses.dataclass(frozen=True)
+class QueueTask:
+    """One queue to audit: its live and rebuilt file names."""
+
+    topic: str
+    queue_id: int
+    live_files: tuple[str, ...]
+    rebuilt_files: tuple[str, ...]
+
+
+def audit_queue(task: QueueTask, store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> QueueAudit:
+    """One queue: its live and rebuilt files read and classified; without a row when a live file cannot be read."""
+    topic, queue_id = task.topic, task.queue_id
     rel_dir = queue_dir(topic, queue_id)
     live: dict[str, bytes] = {}
-    for name in row["live_files"] or []:
+    for name in task.live_files:
         try:
             live[name] = _read(store, f"{rel_dir}/{name}")
         except OSError as exc:
-            return QueueAudit(
-                topic, queue_id, [unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id)], None, [], []
-            )
-    rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
+            f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id)
+            return QueueAudit(topic, queue_id, [f], None, [], [])
+    rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in task.rebuilt_files}
     return classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
 
 

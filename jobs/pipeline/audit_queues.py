@@ -29,7 +29,7 @@ from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.plan import Step
 from storelib.report import QueueRow
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
-from udfs.audit import audit_queue
+from udfs.audit import QueueTask, audit_queue
 from udfs.audit_batch import audit_batch_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
@@ -94,7 +94,7 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
     cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
     results = (
         tasks.repartition(min(len(keys), 200))
-        .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
+        .rdd.map(lambda row: audit_queue(_task(row), store, rebuilt, cfg, cl_min, cl_max))
         .collect()
     )
     for qa in results:
@@ -106,6 +106,11 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
             if rocksdb_dir is None:
                 found += Found(repairs=tuple(queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))))
     return sorted(out, key=lambda q: (q.topic, q.queue_id)), found
+
+
+def _task(row: Any) -> QueueTask:
+    """A _TASK_SCHEMA row as the queue task takes it."""
+    return QueueTask(row.topic, row.queue_id, tuple(row.live_files or ()), tuple(row.rebuilt_files or ()))
 
 
 def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
