@@ -28,7 +28,6 @@ from jobs.pipeline.audit_queues import audit_queues, stopping_queues
 from jobs.pipeline.context import Run
 from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
-from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from storelib.audit import Scope, audit_scope, check_commitlog, restart_of, stale_finding
 from storelib.checkpoint import Checkpoint
@@ -184,8 +183,7 @@ def _audit(
     if stale:
         a.findings.append(stale)
         return _finish(a, {}, [], [], EXIT_CANNOT)
-    with Progress(a.run, len(a.rebuild_report.consume_queues), 0, "queues"):
-        queue_rows = audit_queues(a)
+    queue_rows = audit_queues(a)
     _audit_commitlog(a, summaries, max((r.get("live_max_physic_offset", -1) for r in queue_rows), default=-1))
     audit_dledger(a)
     index_rows, keys = audit_index(a)

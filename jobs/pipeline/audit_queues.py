@@ -1,4 +1,5 @@
-"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it.
+"""The audit's ConsumeQueue stage: a task per queue, or per few queues (jobs.pipeline.tasks), reads the live and
+rebuilt files and classifies each.
 
 ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
 units in batchconsumequeue/) through udfs.audit_batch.audit_batch_queue. Both are listed by one lister
@@ -13,9 +14,9 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
-from pyspark.sql import types as T
 
 from jobs.pipeline.listing import list_queues
+from jobs.pipeline.tasks import run_packed
 from storelib.audit import QueueAudit, queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
@@ -31,15 +32,6 @@ from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
-
-_TASK_SCHEMA = T.StructType(
-    [
-        T.StructField("topic", T.StringType()),
-        T.StructField("queue_id", T.IntegerType()),
-        T.StructField("live_files", T.ArrayType(T.StringType())),
-        T.StructField("rebuilt_files", T.ArrayType(T.StringType())),
-    ]
-)
 
 
 def audit_queues(a: Audit) -> list[dict[str, Any]]:
@@ -82,16 +74,13 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
     out = _audit_batch_queues(a)
     if not keys:
         return out
-    rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
-    tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
+    files = {k: (sorted(live.get(k, {})), sorted(built.get(k, {}))) for k in keys}
+    rows = [{"topic": t, "queue_id": q, "live_files": files[t, q][0], "rebuilt_files": files[t, q][1]} for t, q in keys]
     store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
-    results = (
-        tasks.repartition(min(len(keys), 200))
-        .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
-        .collect()
-    )
-    for r in map(json.loads, results):
+    weights = [(len(r["live_files"]) + len(r["rebuilt_files"])) * CONSUME_QUEUE.file_size(cfg) for r in rows]
+    done = run_packed(a.run, "queues", rows, weights, lambda r: audit_queue(r, store, rebuilt, cfg, cl_min, cl_max))
+    for r in (json.loads(result) for _, result in done):
         findings = [Finding.from_dict(f) for f in r["findings"]]
         a.findings += findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in findings]
         if r["row"]:
@@ -112,13 +101,11 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     cl = (a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset)
     tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
-    results = (
-        a.run.spark.sparkContext.parallelize(tasks, min(len(tasks), 200))
-        .map(lambda t: audit_batch_queue(t[0], t[1], store, rebuilt, cfg, cl))
-        .collect()
-    )
+    size = BATCH_CONSUME_QUEUE.file_size(cfg)
+    weights = [(len(names) + len(rebuilt_names)) * size for _, (names, rebuilt_names) in tasks]
+    done = run_packed(a.run, "batch queues", tasks, weights, lambda t: audit_batch_queue(*t, store, rebuilt, cfg, cl))
     out = []
-    for (key, (live_names, _)), r in zip(tasks, results):
+    for (key, (live_names, _)), r in done:
         a.findings += [Finding.from_dict(f) for f in r["findings"]]
         qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], BATCH_CONSUME_QUEUE.queue_dir(*key))
         a.repairs += queue_repairs(qa, live_names)
