@@ -16,7 +16,6 @@ import pytest
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, finding
 from storelib.plan import Plan, Step, recover_plan
-from tests.broker.fixtures import broker_store  # noqa: F401
 from tests.broker.harness import VARIANTS, VERSIONS
 from tests.storecopy import rmqstore_main
 
@@ -84,7 +83,7 @@ HARNESS_STORES = [(v, variant) for variant, (_, versions) in VARIANTS.items() fo
 
 @pytest.mark.broker
 def test_the_audit_s_plan_is_recover_s_dry_run_on_every_harness_store(
-    broker_store,  # noqa: F811
+    broker_store,
     tmp_path: Path,
     capsys,
 ) -> None:

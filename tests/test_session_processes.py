@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_cluster import ROOT
-from tests.test_cluster import BROKER_CONF, EXPIRED, EXPIRED_SUMMARY, JOB_TIMEOUT, failed, needs_sample
+from tests.conftest import BROKER_CONF, EXPIRED, EXPIRED_SUMMARY, needs_sample
+from tests.spark_cluster import JOB_TIMEOUT, ROOT, failed
 
 pytestmark = pytest.mark.cluster
 
