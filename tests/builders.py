@@ -1,4 +1,5 @@
-"""Test data shared by the storelib tests: commitlog segments built from messages, and their scans."""
+"""Test data shared by the storelib tests: commitlog segments built from messages, their scans, and the small
+generated store of every feature (tests/test_generate.py, tests/test_inspect.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from storelib.commitlog import (
     encode_message,
     format_properties,
 )
+from storelib.config import BrokerConfig
+from storelib.generate import GeneratorSpec
 
 SEGMENT_FILE = "commitlog/00000000000000000000"
 #: what a RecordBatch says about each record
@@ -119,3 +122,21 @@ def batch_of(messages: list[Message], base: int = 0) -> RecordBatch:
     data, _ = encode_segment(messages, base)
     (batch,) = scan(data, base=base).batches
     return batch
+
+
+#: every feature on, small files of every kind: ~14 segments, 2-3 CQ files per business queue, ~20 IndexFiles
+SMALL_CFG = BrokerConfig(
+    mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=2000, maxHashSlotNum=97, maxIndexNum=400
+)
+SMALL_SPEC = GeneratorSpec(
+    messages=3000,
+    body_size=(0, 300),
+    multibyte_fraction=0.2,
+    odd_keys_fraction=0.1,
+    ipv6_fraction=0.1,
+    delay_fraction=0.06,
+    transaction_fraction=0.06,
+    legacy_transaction_fraction=0.03,
+    long_topic=True,
+    seed=7,
+)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from storelib.config import BrokerConfig, load_broker_config
+
+if TYPE_CHECKING:
+    from tests.broker.harness import BrokerStore
 
 pytest.register_assert_rewrite("tests.reference")  # its assertions explain themselves like a test's
 
@@ -20,6 +26,20 @@ def _fixture_dir() -> Path:
 
 
 FIXTURE_DIR = _fixture_dir()
+EXPIRED, CLEAN, BROKER_CONF = FIXTURE_DIR / "expired", FIXTURE_DIR / "clean", FIXTURE_DIR / "broker.conf"
+EXPIRED_SUMMARY = "rebuild: 16 segments, 6,900 messages, 25 queues, 5 index files"
+needs_sample = pytest.mark.skipif(
+    not BROKER_CONF.is_file(), reason="the RocketMQ 4.9.8 sample store is not under any parent's shared/fixtures"
+)
+V5_FIXTURE_NAME = "rocketmq-5.5.0-sample"
+
+
+def find_shared(name: str) -> Path | None:
+    """``shared/fixtures/<name>`` in the nearest parent directory that has it (main checkout or worktree)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "fixtures" / name / "README.md").is_file():
+            return parent / "shared" / "fixtures" / name
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +49,14 @@ def spark():
     session, _ = spark_session("rmqstore-tests", master="local[2]", overrides=["spark.sql.shuffle.partitions=4"])
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def broker_store() -> Callable[..., BrokerStore]:
+    """A function (version, variant="default") -> the real broker's store (tests/broker/fixtures.py)."""
+    from tests.broker.fixtures import broker_store_of, broker_stores
+
+    return functools.partial(broker_store_of, broker_stores())
 
 
 @pytest.fixture(scope="session")
@@ -59,9 +87,7 @@ def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_pat
 @pytest.fixture(scope="session")
 def v5_fixture() -> Path:
     """The 5.5.0 sample store (see its README.md); skipped when it is absent."""
-    from tests.test_v5 import FIXTURE_NAME, find_shared
-
-    path = find_shared(FIXTURE_NAME)
+    path = find_shared(V5_FIXTURE_NAME)
     if path is None:
-        pytest.skip(f"the RocketMQ 5.5.0 sample store ({FIXTURE_NAME}) is not under any parent's shared/fixtures")
+        pytest.skip(f"the RocketMQ 5.5.0 sample store ({V5_FIXTURE_NAME}) is not under any parent's shared/fixtures")
     return path

@@ -264,9 +264,11 @@ def reference_store_index(store: Path, cfg: BrokerConfig) -> tuple[dict[str, byt
     return cq, index.files_bytes()
 
 
-def store_files(root: Path, sub: str) -> dict[str, bytes]:
-    """Every file under ``root/sub``, by store-relative path, in name order."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / sub).rglob("*")) if p.is_file()}
+def store_files(root: Path, *subs: str) -> dict[str, bytes]:
+    """Every file under ``root/sub`` for each of ``subs``, by store-relative path, in name order."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() for sub in subs for p in sorted((root / sub).rglob("*")) if p.is_file()
+    }
 
 
 def assert_index_files(root: Path, cq: dict[str, bytes], index: list[bytes]) -> None:
@@ -278,6 +280,18 @@ def assert_index_files(root: Path, cq: dict[str, bytes], index: list[bytes]) -> 
     live_index = list(store_files(root, "index").values())
     assert len(live_index) == len(index)
     assert [i for i, (a, b) in enumerate(zip(live_index, index)) if a != b] == []
+
+
+def assert_same_index(live: Path, rebuilt: Path) -> None:
+    """``rebuilt`` holds ``live``'s queue files (consumequeue/, batchconsumequeue/) by path and bytes, and its
+    IndexFiles by order and bytes (IndexFile names are creation times)."""
+    for sub in ("consumequeue", "batchconsumequeue"):
+        want, got = store_files(live, sub), store_files(rebuilt, sub)
+        assert sorted(got) == sorted(want)
+        assert [path for path, data in want.items() if got[path] != data] == []
+    want_index, got_index = list(store_files(live, "index").values()), list(store_files(rebuilt, "index").values())
+    assert len(got_index) == len(want_index)
+    assert [i for i, (a, b) in enumerate(zip(got_index, want_index)) if a != b] == []
 
 
 def assert_index_equals_reference(store: Path, index_root: Path, cfg: BrokerConfig) -> None:

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_PARENT = Path("/var/tmp")
 START_TIMEOUT = 90.0
 SUBMIT_TIMEOUT = 600.0
+JOB_TIMEOUT = 600
 PRIVATE_TMP = "mount -t tmpfs -o size=4g tmpfs /tmp"
 HOST_TMP = "/var/tmp/.rmqstore-host-tmp"  # in the worker's namespace only: the driver's /tmp, while binding back
 
@@ -44,6 +45,11 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
+
+
+def failed(done: subprocess.CompletedProcess) -> str:
+    """What a finished process said, for an assertion message: its exit code and the tails of its output."""
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}"
 
 
 def free_port() -> int:

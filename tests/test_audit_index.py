@@ -188,7 +188,7 @@ def test_the_sample_is_a_fraction_of_the_pairs_whatever_the_ranges() -> None:
 
 def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark, tmp_path: Path) -> None:
     """A generated store whose live IndexFiles are damaged four ways: the findings are what plain sets of pairs
-    give, and the stage runs two Spark jobs (one task per file position, one per commitlog range), no joins."""
+    give, and the stage runs two Spark jobs (file positions, then commitlog ranges, packed into tasks), no joins."""
     from jobs.pipeline.audit import audit
     from jobs.pipeline.context import Run
     from jobs.pipeline.rebuild import rebuild
@@ -227,18 +227,19 @@ def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark
         f"keyHash {sets['missing'][2]} finds commitlog offset {sets['missing'][1]}",
     )
     assert result.report.summary.index["keys_total"] == sets["keys_total"]
-    assert len(_index_jobs(spark, "index-stage")) == 2
+    # the packed tasks' jobs (jobs.pipeline.tasks): the queues', then the IndexFile stage's two, one stage each
+    assert [len(stages) for stages in _packed_jobs(spark, "index-stage")] == [1, 1, 1]
 
 
-def _index_jobs(spark, group: str) -> list[int]:
-    """The jobs of ``group`` called from the audit's IndexFile stage (their stages are named by call site)."""
+def _packed_jobs(spark, group: str) -> list[list[str]]:
+    """The stage names of each job of ``group`` started by jobs.pipeline.tasks (stages are named by call site)."""
     tracker = spark.sparkContext.statusTracker()
     out = []
-    for job in tracker.getJobIdsForGroup(group):
+    for job in sorted(tracker.getJobIdsForGroup(group)):
         info = tracker.getJobInfo(job)
         names = [tracker.getStageInfo(s).name for s in info.stageIds] if info else []
-        if any("audit_index.py" in n for n in names):
-            out.append(job)
+        if any("tasks.py" in n for n in names):
+            out.append(names)
     return out
 
 

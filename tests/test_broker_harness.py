@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.fixtures import broker_store  # noqa: F401
-
 pytestmark = pytest.mark.broker
 
 
@@ -26,7 +24,7 @@ def cq_units(queue_dir: Path) -> list[tuple[int, int, int]]:
     return [u for u in units if u[1] > 0]
 
 
-def test_5_5_0_store_files_exist(broker_store) -> None:  # noqa: F811
+def test_5_5_0_store_files_exist(broker_store) -> None:
     store = broker_store("5.5.0")
     root = store.root
     assert (store.dir / "COMPLETE").is_file()
@@ -41,7 +39,7 @@ def test_5_5_0_store_files_exist(broker_store) -> None:  # noqa: F811
     assert "storePathRootDir" not in store.broker_conf.read_text()
 
 
-def test_5_5_0_plain_topic_queues_hold_every_acked_send(broker_store) -> None:  # noqa: F811
+def test_5_5_0_plain_topic_queues_hold_every_acked_send(broker_store) -> None:
     store = broker_store("5.5.0")
     sent = store.sent
     assert {s["status"] for s in sent} == {"SEND_OK"}
@@ -54,7 +52,7 @@ def test_5_5_0_plain_topic_queues_hold_every_acked_send(broker_store) -> None:  
         assert len({u[0] for u in units}) == len(units)
 
 
-def test_5_5_0_kill9_broker_serves_every_acked_send_after_recovery(broker_store) -> None:  # noqa: F811
+def test_5_5_0_kill9_broker_serves_every_acked_send_after_recovery(broker_store) -> None:
     store = broker_store("5.5.0", "kill9")
     assert (store.root / "abort").is_file()
     assert store.sent[-1]["status"] == "EXCEPTION"

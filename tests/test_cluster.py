@@ -16,25 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests import spark_cluster
-from tests.conftest import FIXTURE_DIR
-from tests.spark_cluster import ROOT, Cluster, wait_for
+from tests.conftest import BROKER_CONF, EXPIRED, EXPIRED_SUMMARY, FIXTURE_DIR, needs_sample
+from tests.reference import assert_same_index
+from tests.spark_cluster import JOB_TIMEOUT, ROOT, Cluster, failed, wait_for
 from tests.storecopy import copy_store, tree_digest
-from tests.test_rebuild import assert_same_index
 
 pytestmark = pytest.mark.cluster
 cluster = spark_cluster.cluster  # the session's standalone cluster (a fixture)
 
-EXPIRED, CLEAN, BROKER_CONF = FIXTURE_DIR / "expired", FIXTURE_DIR / "clean", FIXTURE_DIR / "broker.conf"
-needs_sample = pytest.mark.skipif(
-    not BROKER_CONF.is_file(), reason="the RocketMQ 4.9.8 sample store is not under any parent's shared/fixtures"
-)
-EXPIRED_SUMMARY = "rebuild: 16 segments, 6,900 messages, 25 queues, 5 index files"
 BIG_STORE_CONF = "mappedFileSizeCommitLog=33554432\nmaxHashSlotNum=100000\nmaxIndexNum=400000\n"
-JOB_TIMEOUT = 600
-
-
-def failed(done: subprocess.CompletedProcess) -> str:
-    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}"
 
 
 def assert_published(out: Path) -> None:

@@ -5,65 +5,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from jobs.runtime import jars
 from jobs.tables.catalog import CLUSTER_BY, default_store_id, write_catalog
 from jobs.tables.delta import append_rows, has_delta_spark, read_delta, table_history
 from jobs.tables.history import append_history, last_clean_run, read_history, run_version
 from storelib.findings import Finding, finding
-from udfs.schema import MESSAGE_SCHEMA
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-T0 = int(dt.datetime(2024, 5, 1, 21, 0, tzinfo=dt.UTC).timestamp() * 1000)  # 2024-05-01 21:00 UTC
-HOUR = 3_600_000
-
-
-def record(**fields: object) -> dict:
-    return {**dict.fromkeys(MESSAGE_SCHEMA.names), "segment": "00000000000000000000", **fields}
-
-
-def message(offset: int, topic: str, queue_id: int, queue_offset: int, ts: int, keys: str | None) -> dict:
-    return record(
-        commitlog_offset=offset,
-        size=200,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        sys_flag=0,
-        tags_code=7,
-        tags="TagA",
-        keys=keys,
-        uniq_key=f"UNIQ{offset:04d}",
-        born_timestamp=ts - 5,
-        store_timestamp=ts,
-        to_consume_queue=True,
-    )
-
-
-#: broker-a: orders queue 1 hourly from 21:00, queue 0 at 22:30 and 03:00, one payment two days later
-BROKER_A = [
-    *(
-        message(200 * i, "orders", 1, i, T0 + i * HOUR, keys)
-        for i, keys in enumerate(["ORD-1230", "ORD-1231 X", "ORD-1234  ORD-9", None, "ORD-1233"])
-    ),
-    message(1000, "orders", 0, 0, T0 + 90 * 60_000, "ORD-2000"),
-    message(1200, "orders", 0, 1, T0 + 6 * HOUR, ""),
-    message(1400, "payments", 0, 0, T0 + 37 * HOUR, "ORD-1234"),
-]
-BROKER_B = [message(200 * i, "orders", 1, i, T0 + 30 * 60_000 + i * HOUR, f"B-{i}") for i in range(3)]
-
-
-def records_df(spark, rows: list[dict]):
-    return spark.createDataFrame(rows, from_arrow_schema(MESSAGE_SCHEMA))
-
+from tests.catalog_rows import BROKER_A, BROKER_B, HOUR, T0, message, readme_queries, records_df
 
 #: broker-a as an earlier rebuild saw it: its last message differed, and one more message was there
 BROKER_A_BEFORE = [
@@ -157,12 +111,6 @@ def test_catalog_is_clustered_and_readable_by_delta_rs(catalog):
     assert clustering[-1]["clusteringColumns"] == [[c] for c in CLUSTER_BY]
     assert any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in log)
     assert DeltaTable(table).metadata().partition_columns == []
-
-
-def readme_queries() -> list[str]:
-    text = README.read_text()
-    section = text[text.index("<!-- BEGIN delta -->") : text.index("<!-- END delta -->")]
-    return re.findall(r"```sql\n(.*?)```", section, re.S)
 
 
 def test_readme_queries_run_on_the_catalog(spark, catalog):

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tests.broker.disasters import FIGURES, figures
-from tests.broker.fixtures import broker_store  # noqa: F401
 from tests.broker.harness import (
     export_rocksdb_topics,
     read_properties,
@@ -102,7 +101,7 @@ def cases() -> list:
 @pytest.mark.parametrize(("version", "scenario"), cases())
 def test_disaster_recovered_as_the_broker_served_it(
     spark,
-    broker_store,  # noqa: F811
+    broker_store,
     tmp_path: Path,
     capsys,
     version: str,

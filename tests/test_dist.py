@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_cluster import ROOT, Cluster, standalone_cluster
-from tests.test_cluster import JOB_TIMEOUT, failed
-from tests.test_rebuild import assert_same_index
+from tests.reference import assert_same_index
+from tests.spark_cluster import JOB_TIMEOUT, ROOT, Cluster, failed, standalone_cluster
 
 pytestmark = pytest.mark.cluster
 BARE_PYTHON = sys._base_executable  # the interpreter of the venv, without the venv: none of its packages

@@ -43,11 +43,11 @@ from storelib.dledger import (
 )
 from storelib.inspect import inspect_store
 from tests import reference
+from tests.broker.fixtures import harness_store
 from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, served
 from tests.builders import scan
+from tests.reference import assert_same_index, store_files
 from tests.storecopy import copy_store
-from tests.test_rebuild_v5 import assert_same_index, tree
-from tests.test_v5 import harness_store
 
 DLEDGER_VERSIONS = ["5.5.0", "4.9.7"]
 
@@ -111,7 +111,7 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     run, out = Run(spark, cfg), tmp_path / "out"
     result = rebuild(run, str(store / "store"), str(out))
     assert_same_index(store / "store", out)
-    assert tree(out, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
+    assert store_files(out, "dledger-n0/index") == store_files(store / "store", "dledger-n0/index")
     assert result.report.commitlog.messages == committed_index(store / "store") + 1
     assert result.report.findings == ()
     written = json.loads((out / "rebuild.json").read_text())
@@ -273,7 +273,7 @@ def test_recover_rebuilds_a_damaged_dledger_index(spark, tmp_path: Path) -> None
     copy = copy_store(store / "store", tmp_path / "store", without=("lock",))
     damage(copy, "index-unit")
     assert recovered(spark, copy, tmp_path, store / "broker.conf") == 0
-    assert tree(copy, "dledger-n0/index") == tree(store / "store", "dledger-n0/index")
+    assert store_files(copy, "dledger-n0/index") == store_files(store / "store", "dledger-n0/index")
 
 
 def units(indexes: list[int], terms: list[int] | None = None, pos: list[int] | None = None) -> np.ndarray:
@@ -342,10 +342,10 @@ def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger
     started on the source does."""
     store = harness_store("5.5.0", variant)
     settings = read_properties(store / "broker.conf")
-    source = tree(store / "store", "dledger-n0/data", "commitlog")
+    source = store_files(store / "store", "dledger-n0/data", "commitlog")
     out = tmp_path / "plain"
     done = convert(Run(spark, load_broker_config(store / "broker.conf")), str(store / "store"), str(out))
-    assert tree(store / "store", "dledger-n0/data", "commitlog") == source
+    assert store_files(store / "store", "dledger-n0/data", "commitlog") == source
     assert not list(out.glob("dledger-*")) and (out / "checkpoint").is_file()
     walked = list(reference.walk_commitlog(out / "commitlog"))
     assert [r.offset for r in walked] == [r.physical_offset for r in walked]
@@ -397,7 +397,7 @@ def test_a_mixed_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: 
     run = Run(spark, load_broker_config(store / "broker.conf"))
     result = rebuild(run, str(root), str(out))
     assert_same_index(root, out)
-    assert tree(out, "dledger-n0/index") == tree(root, "dledger-n0/index")
+    assert store_files(out, "dledger-n0/index") == store_files(root, "dledger-n0/index")
     assert result.report.findings == ()
     assert result.report.commitlog.messages == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
         len(walk_entries(f)) for f in data

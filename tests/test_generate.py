@@ -37,25 +37,9 @@ from storelib.generate import (
     generate_store,
     java_properties_string,
 )
+from tests.builders import SMALL_CFG, SMALL_SPEC
 from tests.reference import MAGIC_V1, MAGIC_V2, assert_index_equals_reference, store_files, walk_commitlog
 from tests.storecopy import tree_digest
-
-#: every feature on, small files of every kind: ~14 segments, 2-3 CQ files per business queue, ~20 IndexFiles
-SMALL_CFG = BrokerConfig(
-    mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=2000, maxHashSlotNum=97, maxIndexNum=400
-)
-SMALL_SPEC = GeneratorSpec(
-    messages=3000,
-    body_size=(0, 300),
-    multibyte_fraction=0.2,
-    odd_keys_fraction=0.1,
-    ipv6_fraction=0.1,
-    delay_fraction=0.06,
-    transaction_fraction=0.06,
-    legacy_transaction_fraction=0.03,
-    long_topic=True,
-    seed=7,
-)
 
 
 @dataclasses.dataclass

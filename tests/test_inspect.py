@@ -18,7 +18,7 @@ from storelib.config import BrokerConfig
 from storelib.generate import LONG_TOPIC, generate_store
 from storelib.inspect import inspect_store
 from storelib.versions import StoreFacts, select
-from tests.test_generate import SMALL_CFG, SMALL_SPEC
+from tests.builders import SMALL_CFG, SMALL_SPEC
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:

@@ -18,7 +18,11 @@ from storelib.generate import PRESETS, generate_store
 from storelib.report import RebuildReport
 from tests import storecopy
 from tests.conftest import FIXTURE_DIR
-from tests.reference import assert_index_equals_reference, assert_index_files, store_files, walk_commitlog
+from tests.reference import (
+    assert_index_equals_reference,
+    assert_same_index,
+    walk_commitlog,
+)
 
 pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture not present")
 
@@ -26,11 +30,6 @@ pytestmark = pytest.mark.skipif(not FIXTURE_DIR.is_dir(), reason="shared fixture
 @pytest.fixture(scope="module")
 def cfg() -> BrokerConfig:
     return load_broker_config(FIXTURE_DIR / "broker.conf")
-
-
-def assert_same_index(live: Path, rebuilt: Path) -> None:
-    """The ConsumeQueue files by path and bytes, the IndexFiles by order and bytes (names differ)."""
-    assert_index_files(rebuilt, store_files(live, "consumequeue"), list(store_files(live, "index").values()))
 
 
 @pytest.mark.parametrize("store", ["clean", "expired"])

@@ -20,26 +20,9 @@ from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
 from storelib.errors import AmbiguousRelease
 from storelib.rocksdbcq import unit_key
+from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEED, SEEDS
-from tests.reference import walk_commitlog
-from tests.test_v5 import harness_store
-
-
-def tree(root: Path, *dirs: str) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()
-    }
-
-
-def assert_same_index(store: Path, out: Path) -> None:
-    """queue files equal by path, IndexFiles by order (their names are creation times)."""
-    live, built = tree(store, "consumequeue", "batchconsumequeue"), tree(out, "consumequeue", "batchconsumequeue")
-    assert sorted(built) == sorted(live)
-    assert [p for p in live if built[p] != live[p]] == []
-    live_index = [p.read_bytes() for p in sorted((store / "index").iterdir())]
-    built_index = [p.read_bytes() for p in sorted((out / "index").iterdir())]
-    assert len(built_index) == len(live_index)
-    assert [i for i, (a, b) in enumerate(zip(built_index, live_index)) if a != b] == []
+from tests.reference import assert_same_index, walk_commitlog
 
 
 @pytest.mark.parametrize("version", ["5.5", ""])

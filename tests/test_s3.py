@@ -19,9 +19,9 @@ from deltalake import DeltaTable
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import list_segments, parse_store
 from jobs.tables.catalog import write_catalog
+from tests.catalog_rows import BROKER_A, BROKER_B, readme_queries, records_df
 from tests.conftest import FIXTURE_DIR
 from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server  # noqa: F401 (fixture s3)
-from tests.test_delta import BROKER_A, BROKER_B, readme_queries, records_df
 from udfs.fs import S3Options, delta_storage_options, is_object_store, s3_options, spark_s3_settings, to_s3
 
 pytestmark = pytest.mark.s3

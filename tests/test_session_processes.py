@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_cluster import ROOT
-from tests.test_cluster import BROKER_CONF, EXPIRED, EXPIRED_SUMMARY, JOB_TIMEOUT, failed, needs_sample
+from tests.conftest import BROKER_CONF, EXPIRED, EXPIRED_SUMMARY, needs_sample
+from tests.spark_cluster import JOB_TIMEOUT, ROOT, failed
 
 pytestmark = pytest.mark.cluster
 
@@ -25,7 +25,8 @@ p = argparse.ArgumentParser()
 add_spark_options(p)
 args = p.parse_args()
 spark, _ = spark_session("probe", args.master, args.profile, args.conf)
-keys = ["spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.python.daemon.module"]
+keys = ["spark.sql.execution.arrow.maxRecordsPerBatch", "spark.default.parallelism", "spark.sql.shuffle.partitions",
+        "spark.python.daemon.module"]
 print(json.dumps({{k: spark.conf.get(k, None) for k in keys}}))
 spark.stop()
 """
@@ -44,20 +45,18 @@ def probe_settings(tmp_path: Path, submit_conf: list[str], our_conf: list[str]) 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(
-    ("submit_conf", "our_conf", "partitions"),
-    [
-        ([], [], "8"),  # conf/local.conf
-        (["spark.sql.shuffle.partitions=3"], [], "3"),  # spark-submit's --conf over the profile
-        (["spark.sql.shuffle.partitions=3"], ["spark.sql.shuffle.partitions=5"], "5"),  # ours over spark-submit's
-    ],
-    ids=["profile", "spark-submit-over-profile", "ours-over-spark-submit"],
-)
-def test_settings_precedence_under_spark_submit(tmp_path, submit_conf, our_conf, partitions):
-    got = probe_settings(tmp_path, submit_conf, our_conf)
-    # the profile fills; spark-submit's workers keep pyspark's daemon (they may get udfs only from --py-files)
-    expected = {"spark.sql.shuffle.partitions": partitions, "spark.default.parallelism": "8"}
-    assert got == {**expected, "spark.python.daemon.module": None}
+def test_settings_precedence_under_spark_submit(tmp_path):
+    """One process, each layer seen on a key of its own: the profile (conf/local.conf) fills what nobody sets,
+    spark-submit's --conf wins over the profile, ours (--conf after the script) over spark-submit's."""
+    submit_conf = ["spark.default.parallelism=3", "spark.sql.shuffle.partitions=3"]
+    got = probe_settings(tmp_path, submit_conf, ["spark.sql.shuffle.partitions=5"])
+    # spark-submit's workers keep pyspark's daemon (they may get udfs only from --py-files)
+    assert got == {
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",  # the profile's
+        "spark.default.parallelism": "3",  # spark-submit's over the profile's 8
+        "spark.sql.shuffle.partitions": "5",  # ours over spark-submit's 3 and the profile's 8
+        "spark.python.daemon.module": None,
+    }
 
 
 def rmqstore_rebuild(out: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -39,18 +39,9 @@ from storelib.versions import (
     rules_for,
     select,
 )
-from tests.broker.harness import SEED, SEEDS
+from tests.broker.fixtures import harness_store
+from tests.broker.harness import SEEDS
 from tests.reference import walk_commitlog
-
-FIXTURE_NAME = "rocketmq-5.5.0-sample"
-
-
-def find_shared(name: str) -> Path | None:
-    """``shared/fixtures/<name>`` in the nearest parent directory that has it (main checkout or worktree)."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "fixtures" / name / "README.md").is_file():
-            return parent / "shared" / "fixtures" / name
-    return None
 
 
 def store_config(root: Path, conf: Path, version: str) -> BrokerConfig:
@@ -373,17 +364,6 @@ def test_batch_queue_damage_is_named(bcq_queue) -> None:
 
 #: (version, variant) of the cached harness stores a rebuild must give back byte for byte
 BYTE_EXACT = [("4.9.7", "default"), ("5.3.3", "default"), ("5.5.0", "default"), ("5.5.0", "crc")]
-
-
-def harness_store(version: str, variant: str, seed: int = SEED) -> Path:
-    """The real broker's store of that version, variant and workload seed (tests/broker/: built now, or taken
-    from its cache); skipped, saying why, where java, javac or mvn are missing."""
-    from tests.broker.harness import build_store, java_available
-
-    reason = java_available()
-    if reason:
-        pytest.skip(f"real RocketMQ broker stores need java, javac and mvn ({reason})")
-    return build_store(version, variant, seed).dir
 
 
 def harness_config(store: Path, version: str) -> BrokerConfig:

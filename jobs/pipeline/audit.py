@@ -29,7 +29,6 @@ from jobs.pipeline.audit_result import AuditResult, Counts, Recorder, finish
 from jobs.pipeline.context import Found, Run
 from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
-from jobs.pipeline.progress import Progress
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from storelib.audit import CleanRun, Scope, audit_scope, stale_finding
 from storelib.config import BrokerConfig
@@ -163,8 +162,7 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     stale = stale_finding(described, a.summaries)
     if stale:
         return finish(a, found + Found((stale,)), None, Counts(), EXIT_CANNOT)
-    with Progress(a.run, len(a.rebuild_report.consume_queues), 0, "queues"):
-        queue_rows, found_queues = audit_queues(a)
+    queue_rows, found_queues = audit_queues(a)
     found += found_queues
     cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
     log, found_log = audit_log(a, list(found.findings), cq_max)

@@ -11,7 +11,7 @@ import numpy as np
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
-from jobs.pipeline.progress import Progress
+from jobs.pipeline.tasks import run_packed
 from storelib.audit import (
     BadEntries,
     EntryScope,
@@ -24,6 +24,7 @@ from storelib.audit import (
 from storelib.checkpoint import Checkpoint
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
+from storelib.indexfile import index_file_size
 from storelib.layout import index_file
 from storelib.restart import index_deleted
 from udfs.audit import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
@@ -62,12 +63,11 @@ def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str,
         return [], keys_info, index
     entries = _entry_scope(a, [p[2] for p in pairs if p[2]])
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
-    with Progress(a.run, len(pairs), 0, "index files (headers, bytes)"):
-        rows = (
-            a.run.spark.sparkContext.parallelize(pairs, len(pairs))
-            .map(lambda p: audit_index_file(p, store, rebuilt, cfg, entries))
-            .collect()
-        )
+    size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+    weights = [size * ((live is not None) + (built is not None)) for _, live, built in pairs]
+    label = "index files (headers, bytes)"
+    done = run_packed(a.run, label, pairs, weights, lambda p: audit_index_file(p, store, rebuilt, cfg, entries))
+    rows = [row for _, row in done]
     for r in rows:
         index += Found(tuple(r.findings) + tuple(_deleted_on_recovery(log, r)))
     compared, keys = _compare_entries(a, rows, entries)
@@ -96,14 +96,22 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     tasks = _range_tasks(a, rows, entries)
     threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
-    with Progress(a.run, len(tasks), 0, "index entries (live against rebuilt, key lookups)"):
-        results = (
-            a.run.spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
-            .map(lambda t: audit_index_range(t, store, rebuilt, cfg, entries, threshold))
-            .collect()
-        )
+    label = "index entries (live against rebuilt, key lookups)"
+    weights = [_range_bytes(entries, t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
+
+    def compare(task: IndexRangeTask) -> RangeComparison:
+        return audit_index_range(task, store, rebuilt, cfg, entries, threshold)
+
+    results = [result for _, result in run_packed(a.run, label, tasks, weights, compare)]
     missing, keys = _keys_not_found(a, results)
     return _bad_entries(a, results) + missing, keys
+
+
+def _range_bytes(entries: EntryScope, k: int, max_offset: int) -> int:
+    """The commitlog bytes of range ``k`` (what its task reads entries for)."""
+    begin = max(entries.from_offset, int(entries.bounds[k - 1]) if k else 0)
+    end = int(entries.bounds[k]) if k < len(entries.bounds) else max_offset
+    return max(1, end - begin)
 
 
 def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[IndexRangeTask]:

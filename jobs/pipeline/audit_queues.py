@@ -1,4 +1,5 @@
-"""The audit's ConsumeQueue stage: one task per queue reads the live and rebuilt files and classifies it.
+"""The audit's ConsumeQueue stage: a task per queue, or per few queues (jobs.pipeline.tasks), reads the live and
+rebuilt files and classifies each.
 
 ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
 units in batchconsumequeue/) through udfs.audit_batch.audit_batch_queue. Both are listed by one lister
@@ -14,10 +15,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
-from pyspark.sql import types as T
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_queues
+from jobs.pipeline.tasks import run_packed
 from storelib.audit import queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
@@ -35,15 +36,6 @@ from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
-
-_TASK_SCHEMA = T.StructType(
-    [
-        T.StructField("topic", T.StringType()),
-        T.StructField("queue_id", T.IntegerType()),
-        T.StructField("live_files", T.ArrayType(T.StringType())),
-        T.StructField("rebuilt_files", T.ArrayType(T.StringType())),
-    ]
-)
 
 
 def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
@@ -88,16 +80,12 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
     found += found_batch
     if not keys:
         return out, found
-    rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
-    tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
+    tasks = [QueueTask(*k, tuple(sorted(live.get(k, {}))), tuple(sorted(built.get(k, {})))) for k in keys]
     store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
-    results = (
-        tasks.repartition(min(len(keys), 200))
-        .rdd.map(lambda row: audit_queue(_task(row), store, rebuilt, cfg, cl_min, cl_max))
-        .collect()
-    )
-    for qa in results:
+    weights = [(len(t.live_files) + len(t.rebuilt_files)) * CONSUME_QUEUE.file_size(cfg) for t in tasks]
+    done = run_packed(a.run, "queues", tasks, weights, lambda t: audit_queue(t, store, rebuilt, cfg, cl_min, cl_max))
+    for _, qa in done:
         found += Found(
             tuple(qa.findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in qa.findings])
         )
@@ -106,11 +94,6 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
             if rocksdb_dir is None:
                 found += Found(repairs=tuple(queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))))
     return sorted(out, key=lambda q: (q.topic, q.queue_id)), found
-
-
-def _task(row: Any) -> QueueTask:
-    """A _TASK_SCHEMA row as the queue task takes it."""
-    return QueueTask(row.topic, row.queue_id, tuple(row.live_files or ()), tuple(row.rebuilt_files or ()))
 
 
 def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
@@ -124,13 +107,11 @@ def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     cl = (a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset)
     tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
-    results = (
-        a.run.spark.sparkContext.parallelize(tasks, min(len(tasks), 200))
-        .map(lambda t: audit_batch_queue(t[0], t[1], store, rebuilt, cfg, cl))
-        .collect()
-    )
+    size = BATCH_CONSUME_QUEUE.file_size(cfg)
+    weights = [(len(names) + len(rebuilt_names)) * size for _, (names, rebuilt_names) in tasks]
+    done = run_packed(a.run, "batch queues", tasks, weights, lambda t: audit_batch_queue(*t, store, rebuilt, cfg, cl))
     out = []
-    for (_, (live_names, _)), qa in zip(tasks, results):
+    for (_, (live_names, _)), qa in done:
         found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))
         out.append(qa.row)
     return out, found

@@ -1,7 +1,7 @@
-"""Issue 11: what the tool does with bad input, hostile stores and a full disk (no traceback, nothing written
-where it must not be), and the damage a store can hold without recover making it worse.
+"""What the tool does with bad input, hostile stores and a full disk (no traceback, nothing written where it must
+not be), and the damage a store can hold without recover making it worse.
 
-Each test names the item of issue 11 it covers. The oracles read the files with struct, not with storelib.
+The oracles read the files with struct, not with storelib.
 """
 
 from __future__ import annotations

@@ -1,0 +1,50 @@
+"""Small units of work (queues, IndexFiles, commitlog ranges) as Spark tasks: spread by bytes, not one task each.
+
+A task costs a round trip to an executor's Python worker whatever it does (on a standalone cluster under load,
+about half a second); a store of 25 small queues audited one task per queue spent more time starting tasks
+than reading queues. Units are packed into as many tasks as the cores, or more when the bytes are more than
+``TASK_BYTES`` a task; a task goes through its units one at a time, so its memory is one unit's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from jobs.pipeline.progress import Progress
+
+Unit = TypeVar("Unit")
+Result = TypeVar("Result")
+
+TASK_BYTES = 256 << 20
+
+
+def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_BYTES) -> int:
+    """Tasks for ``units`` units of ``total_bytes``: the cores, more when the bytes ask for it, at most one a unit."""
+    return max(1, min(units, max(cores, math.ceil(total_bytes / task_bytes))))
+
+
+def packed(units: Sequence[Unit], weights: Sequence[int], tasks: int) -> list[list[Unit]]:
+    """``units`` in ``tasks`` lists of near-equal weight: heaviest first, each onto the lightest list so far;
+    each list keeps the units' order."""
+    loads = [0] * tasks
+    members: list[list[int]] = [[] for _ in range(tasks)]
+    for i in sorted(range(len(units)), key=lambda i: -weights[i]):
+        lightest = loads.index(min(loads))
+        loads[lightest] += weights[i]
+        members[lightest].append(i)
+    return [[units[i] for i in sorted(m)] for m in members if m]
+
+
+def run_packed(
+    run: Any, label: str, units: Sequence[Unit], weights: Sequence[int], work: Callable[[Unit], Result]
+) -> list[tuple[Unit, Result]]:
+    """``work`` on every unit, the units packed into tasks (``task_count``, ``packed``), with a progress line
+    under ``label``; (unit, result) pairs."""
+    if not units:
+        return []
+    sc = run.spark.sparkContext
+    batches = packed(units, weights, task_count(len(units), sum(weights), sc.defaultParallelism))
+    with Progress(run, len(batches), sum(weights), label):
+        return sc.parallelize(batches, len(batches)).flatMap(lambda b: [(u, work(u)) for u in b]).collect()

@@ -1,0 +1,32 @@
+"""jobs.pipeline.tasks: small units packed into Spark tasks by bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.pipeline.tasks import TASK_BYTES, packed, task_count
+
+
+def test_the_cores_bound_a_small_store_and_the_bytes_a_big_one() -> None:
+    assert task_count(25, 3 << 20, cores=2) == 2  # 25 small queues: one task a core, not one a queue
+    assert task_count(1, 3 << 20, cores=2) == 1  # never more tasks than units
+    assert task_count(0, 0, cores=2) == 1
+    assert task_count(1000, 10 * TASK_BYTES + 1, cores=2) == 11  # past the cores: a task per TASK_BYTES
+    assert task_count(5, 10 * TASK_BYTES, cores=2) == 5
+
+
+@given(st.lists(st.integers(0, 1 << 30), max_size=60), st.integers(1, 12))
+def test_every_unit_once_in_order_and_no_task_much_heavier_than_the_mean(weights: list[int], tasks: int) -> None:
+    units = list(range(len(weights)))
+    lists = packed(units, weights, tasks)
+    assert sorted(u for unit_list in lists for u in unit_list) == units
+    assert all(unit_list == sorted(unit_list) and unit_list for unit_list in lists)
+    assert len(lists) <= tasks
+    if weights:
+        loads = [sum(weights[u] for u in unit_list) for unit_list in lists]
+        assert max(loads) <= sum(weights) / tasks + max(weights)  # greedy onto the lightest list
+
+
+def test_hand_checked_packing() -> None:
+    assert packed(["a", "b", "c", "d"], [5, 1, 4, 2], 2) == [["a", "b"], ["c", "d"]]
