@@ -213,7 +213,7 @@ PRESETS: dict[str, Preset] = {
     "bench-128": Preset(
         GeneratorSpec(messages=None, target_bytes=1 << 30, queues_per_topic=8, body_size=(128, 128)), {}
     ),
-    # issue 8's workloads: 1 tag, 1 key + UNIQ_KEY per send, broker defaults (1 GiB segments)
+    # the bench workloads: 1 tag, 1 key + UNIQ_KEY per send, broker defaults (1 GiB segments)
     "bench-723": Preset(_one_key_spec(512), {}),  # ~723-byte records
     "bench-320": Preset(_one_key_spec(125), {}),  # ~320-byte records
     # the 4.9.8 sample's shape: ~14 MB in 64 KiB segments

@@ -52,15 +52,14 @@ class Plan:
 
 def recover_plan(
     findings: Sequence[Finding],
-    repairs: Sequence[Step | Mapping[str, Any]],
+    repairs: Sequence[Step],
     stopping: Mapping[str, int],
     truncate: bool,
 ) -> Plan:
     """The audit's repairs less the queues the broker would stop reading (``stopping``, found in the rebuilt
     files), the torn commitlog tail when ``truncate`` (``--truncate-torn-tail``), then the checkpoint whenever
     another file changes or a finding the checkpoint answers stands."""
-    typed = [r if isinstance(r, Step) else Step(**r) for r in repairs]  # or as report.json's ``repairs`` holds them
-    steps = [r for r in typed if dirname(r.file) not in stopping]
+    steps = [r for r in repairs if dirname(r.file) not in stopping]
     notes = [
         f"{q}: left alone: the rebuilt queue has no entry for queue offset {at} (no record of it in the commitlog), "
         "and the broker would stop reading the queue at that unit, hiding every entry after it"

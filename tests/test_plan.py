@@ -124,8 +124,8 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
 
 CQ = "consumequeue/T/0/00000000000000000000"
 REPAIRS = [
-    {"action": "replace", "file": CQ, "source": CQ, "reason": "cq-zeroed-entries"},
-    {"action": "create", "file": "index/20260101000000000", "source": "index/20260101000000000", "reason": "x"},
+    Step("replace", CQ, "cq-zeroed-entries", CQ),
+    Step("create", "index/20260101000000000", "x", "index/20260101000000000"),
 ]
 TORN = finding("commitlog-torn-tail", "commitlog/00000000000000000000", "torn", file_offset=700)
 
