@@ -69,6 +69,7 @@ else:
         numba.config.CACHE_DIR = str(_CACHE)
 
     from storelib.constants import (
+        BLANK_MAGIC_CODE,
         DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
@@ -144,15 +145,16 @@ else:
         return c ^ np.uint32(0xFFFFFFFF)
 
     @njit(cache=True)
-    def walk(a, rel, stop, out, count, min_size, header):
+    def walk(a, rel, stop, out, count, min_size, header, before):
         """Whole message records from ``rel``: append their positions to ``out`` until a record is not a
-        message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, or ``out`` is full.
+        message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, starts at or after
+        ``before`` (a byte range's end: that record is the next range's), or ``out`` is full.
         ``header`` > 0: each record is the body of a DLedger entry of that many header bytes (magic
         DLEDGER_ENTRY_MAGIC, then the entry size = header + TOTALSIZE), and the walk goes from entry to entry.
         Returns (count, rel of the first record, or entry, not taken)."""
         n = len(a)
         cap = len(out)
-        while rel + header + 8 <= n and count < cap:
+        while rel + header + 8 <= n and count < cap and rel < before:
             total = _i32(a, rel + header)
             magic = _i32(a, rel + header + 4)
             if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < min_size:
@@ -165,6 +167,45 @@ else:
             count += 1
             rel += header + total
         return count, rel
+
+    @njit(cache=True)
+    def find_record(a, rel, base, end, min_size):
+        """The first position q >= ``rel`` in ``a`` where a message record starts that a walk would take, told by
+        the record itself: a message magic, TOTALSIZE >= ``min_size`` and within ``end`` (the segment's end, as a
+        position in ``a``), and PHYSICALOFFSET == ``base`` + q (``base``: the commitlog offset of a[0]); and the
+        header after it, when ``a`` holds it, is a message record whose PHYSICALOFFSET agrees too, a BLANK of
+        exactly the bytes left, or zeros. -1 when no position before len(a) - 36 qualifies."""
+        n = len(a)
+        q = rel
+        while q + 36 <= n:
+            if a[q + 4] != 0xDA or a[q + 5] != 0xA3 or a[q + 6] != 0x20:  # both message magics start so
+                q += 1
+                continue
+            magic = _i32(a, q + 4)
+            total = _i32(a, q)
+            if (
+                (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2)
+                or total < min_size
+                or q + total > end
+                or _i64(a, q + 28) != base + q
+            ):
+                q += 1
+                continue
+            nxt = q + total
+            if nxt + 8 > n or nxt + 8 > end:
+                return q
+            size2 = _i32(a, nxt)
+            magic2 = _i32(a, nxt + 4)
+            if magic2 == MESSAGE_MAGIC_CODE or magic2 == MESSAGE_MAGIC_CODE_V2:  # noqa: SIM109 - compiled
+                if nxt + 36 > n or _i64(a, nxt + 28) == base + nxt:
+                    return q
+            elif magic2 == BLANK_MAGIC_CODE:
+                if size2 == end - nxt:
+                    return q
+            elif size2 == 0 or magic2 == 0:
+                return q
+            q += 1
+        return -1
 
     #: what ``decode`` returns, in order: RecordBatch's field names, then the TOTALSIZE the fields add up to
     #: (-1 where a length field is negative or points past the record) and the computed BODYCRC
@@ -468,7 +509,8 @@ else:
         """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
         a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
-        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0)
+        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0, 64)
+        find_record(a, 0, 0, 64, 1)
         decode(a, z, True)
         intern_runs(a, z, z)
         find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))

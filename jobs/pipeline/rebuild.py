@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import numpy as np
@@ -64,10 +64,13 @@ from storelib.report import REBUILD_REPORT, IndexFileRecord, QueueRecord, Rebuil
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import (
+    Piece,
+    PieceSummary,
     Segment,
     SegmentSummary,
     damage_findings,
     judge_ends,
+    merge_pieces,
     plan_parse_tasks,
     plan_segments,
     segment_errors,
@@ -112,12 +115,13 @@ class RebuildResult:
     run: Run
     segments: list[Segment]
     summaries: dict[str, SegmentSummary]  # each segment as the parse found it (skipped ones included)
+    whole: frozenset[str] = frozenset()  # segments parsed whole: their byte ranges did not meet
 
     @functools.cached_property
     def records(self) -> Any:
         """One MESSAGE_SCHEMA row per message record (a second parse), persisted: unpersist it."""
         with self.run.work_dir(self.out) as scratch:
-            records = parse_store(self.run, self.segments, "messages", scratch).persist()
+            records = parse_store(self.run, self.segments, "messages", scratch, self.whole).persist()
             records.count()  # parsed now, while its scratch directory exists
         return records
 
@@ -297,32 +301,69 @@ def _tag_keys_found(
     return found, checked
 
 
-def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str) -> Any:
-    """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task per byte range."""
-    tasks = plan_parse_tasks(segments, TASK_BYTES)
+def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:
+    """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task per byte range
+    (``whole``: segments not cut into ranges)."""
+    tasks = plan_parse_tasks(segments, TASK_BYTES, whole)
     out = CQ_RUN_SCHEMA if mode == "dispatch" else MESSAGE_SCHEMA
     return numbered_tasks(run, len(tasks)).mapInArrow(segment_parser(run.cfg, mode, scratch, tasks), spark_schema(out))
 
 
-def parse_progress(run: Run, segments: list[Segment], label: str = "parse") -> Progress:
+def parse_progress(run: Run, segments: list[Segment], label: str = "parse", whole: Collection[str] = ()) -> Progress:
     """The console progress of parse_store's tasks over ``segments``."""
-    return Progress(run, len(plan_parse_tasks(segments, TASK_BYTES)), sum(s.size for s in segments), label)
+    return Progress(run, len(plan_parse_tasks(segments, TASK_BYTES, whole)), sum(s.size for s in segments), label)
 
 
 def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
-    """Parse the segments for their summaries only (ends, damage, fingerprints): the rows are dropped."""
-    with parse_progress(run, segments, "scan"):
-        parse_store(run, segments, "dispatch", scratch).write.format("noop").mode("overwrite").save()
-    return read_summaries(scratch, segments)
+    """Parse the segments for their summaries only (ends, damage, fingerprints): the rows are dropped. Segments
+    whose byte ranges do not meet are parsed again whole."""
+    whole: frozenset[str] = frozenset()
+    while True:
+        with parse_progress(run, segments, "scan", whole):
+            parse_store(run, segments, "dispatch", scratch, whole).write.format("noop").mode("overwrite").save()
+        try:
+            return read_summaries(scratch, segments, whole)
+        except RangesDisagree as exc:
+            whole |= exc.segments
 
 
-def read_summaries(scratch: str, segments: list[Segment]) -> dict[str, SegmentSummary]:
-    """The SegmentSummary every parse task left in ``scratch``, by segment name (a crash tail settled)."""
-    out = {}
-    for s in segments:
-        fs, path = resolve(summary_path(scratch, s.name))
-        out[s.name] = SegmentSummary.from_json(read_file(fs, path).decode())
-    return settle_torn_tail(segments, out)
+class RangesDisagree(Exception):
+    """The byte ranges of these segments did not meet (storelib.segments.merge_pieces): parse them whole."""
+
+    def __init__(self, segments: frozenset[str]) -> None:
+        super().__init__(f"the byte ranges of {len(segments)} segment(s) did not meet: {', '.join(sorted(segments))}")
+        self.segments = segments
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """What the parse tasks left in the scratch directory: each segment's summary (a crash tail settled), and the
+    IndexFile entries of each piece (piece name, segment name, entries), in offset order."""
+
+    summaries: dict[str, SegmentSummary]
+    entries: list[tuple[str, str, int]]
+
+
+def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
+    """The PieceSummary every parse task left in ``scratch``, merged by segment; RangesDisagree when the pieces
+    of a segment do not meet."""
+    pieces: dict[str, list[PieceSummary]] = {}
+    segments: dict[str, Segment] = {}
+    for piece in (p for task in tasks for p in task):
+        fs, path = resolve(summary_path(scratch, piece.name))
+        pieces.setdefault(piece.segment.name, []).append(PieceSummary.from_json(read_file(fs, path).decode()))
+        segments[piece.segment.name] = piece.segment
+    merged = {name: merge_pieces(segments[name], p) for name, p in pieces.items()}
+    disagree = frozenset(name for name, summary in merged.items() if summary is None)
+    if disagree:
+        raise RangesDisagree(disagree)
+    entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
+    return Parsed(settle_torn_tail(list(segments.values()), merged), entries)  # type: ignore[arg-type]
+
+
+def read_summaries(scratch: str, segments: list[Segment], whole: Collection[str] = ()) -> dict[str, SegmentSummary]:
+    """The SegmentSummary of every segment parse_store(..., ``whole``) parsed into ``scratch``, by segment name."""
+    return read_parsed(scratch, plan_parse_tasks(segments, TASK_BYTES, whole)).summaries
 
 
 def write_consume_queues(run: Run, runs: Any, staging: str) -> tuple[list[QueueRecord], list[Finding]]:
@@ -369,9 +410,15 @@ def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
 
 
 def write_index_files(
-    run: Run, staging: str, scratch: str, segments: list[Segment], summaries: dict[str, SegmentSummary]
+    run: Run,
+    staging: str,
+    scratch: str,
+    segments: list[Segment],
+    summaries: dict[str, SegmentSummary],
+    counts: list[tuple[str, int]],
 ) -> list[IndexFileRecord]:
-    """Every IndexFile built by its own task from the segments' scratch files, then named (see layout).
+    """Every IndexFile built by its own task from the pieces' scratch files (``counts``: each piece's name and
+    entries, in offset order), then named (see layout).
 
     A full last file followed by more messages gets the broker's empty successor file.
     """
@@ -379,7 +426,6 @@ def write_index_files(
     last_message = max((summaries[s.name].last_message_offset for s in segments), default=-1)
     if not cfg.messageIndexEnable or last_message < 0:
         return []
-    counts = [(s.name, summaries[s.name].index_entries) for s in segments]
     plans = index_file_plans(counts, entries_per_file(cfg.maxIndexNum))
     built: list[tuple[int, IndexHeader]] = []  # (first entry's store timestamp, header) by file number
     if plans:
@@ -472,20 +518,43 @@ def in_place(out: str) -> str:
 
 
 def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildResult:
-    """Rebuild the index of ``store`` into ``out``; raises DamageStop (nothing published) on damage."""
+    """Rebuild the index of ``store`` into ``out``; raises DamageStop (nothing published) on damage. A segment
+    whose byte ranges do not meet (damage near a range's edge) is parsed whole, in a second run of the stages."""
     if on_error not in ON_ERROR:
         raise BadInput(f"on_error must be one of {ON_ERROR}")
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run.cfg)
     store_rules(run, store, segments)
+    whole: frozenset[str] = frozenset()
+    while True:
+        try:
+            result = _rebuild(run, store, out, on_error, segments, list(findings), whole)
+        except RangesDisagree as exc:
+            whole |= exc.segments
+            continue
+        result.seconds = time.monotonic() - t0
+        return result
+
+
+def _rebuild(
+    run: Run,
+    store: str,
+    out: str,
+    on_error: str,
+    segments: list[Segment],
+    findings: list[Finding],
+    whole: frozenset[str],
+) -> RebuildResult:
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
-        runs = parse_store(run, segments, "dispatch", scratch)
+        tasks = plan_parse_tasks(segments, TASK_BYTES, whole)
+        runs = parse_store(run, segments, "dispatch", scratch, whole)
         parsed = threading.Event()  # set when the queue writers are done (every parse task was then too)
-        with parse_progress(run, segments), concurrent.futures.ThreadPoolExecutor(1) as pool:
-            indexing = pool.submit(index_stage, run, store, staging, scratch, segments, findings, on_error, parsed)
+        with parse_progress(run, segments, whole=whole), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            args = (run, store, staging, scratch, segments, tasks, findings, on_error, parsed)
+            indexing = pool.submit(index_stage, *args)
             try:
                 queues, queue_findings = write_consume_queues(run, runs, staging)
             finally:
@@ -512,7 +581,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
         write_file(sfs, join(spath, REBUILD_REPORT), report.to_json().encode())
         publish(staging, out)
     peak = max((s.worker_peak_rss for s in summaries.values()), default=0)
-    return RebuildResult(report, time.monotonic() - t0, out, peak, run, segments, indexed.scanned)
+    return RebuildResult(report, 0.0, out, peak, run, segments, indexed.scanned, whole)
 
 
 @dataclasses.dataclass
@@ -535,17 +604,20 @@ def index_stage(
     staging: str,
     scratch: str,
     segments: list[Segment],
+    tasks: list[list[Piece]],
     findings: list[Finding],
     on_error: str,
     parsed: threading.Event,
 ) -> Indexed:
     """Judge the segments and build the IndexFiles as soon as every parse task has left its summary, while the
     ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
-    scanned = wait_for_summaries(scratch, segments, parsed)
+    found = wait_for_summaries(scratch, tasks, parsed)
+    scanned = found.summaries
     settle_rules(run, store, scanned.values())
     skipped = judge(segments, scanned, findings, on_error)
     indexed = Indexed(scanned, skipped, [])
-    indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries)
+    counts = [(piece, n) for piece, segment, n in found.entries if segment not in skipped]
+    indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries, counts)
     return indexed
 
 
@@ -553,18 +625,18 @@ def index_stage(
 SUMMARY_POLL = 0.1
 
 
-def wait_for_summaries(scratch: str, segments: list[Segment], parsed: threading.Event) -> dict[str, SegmentSummary]:
-    """read_summaries once every segment's summary is in ``scratch``; an error when ``parsed`` is set and one is
+def wait_for_summaries(scratch: str, tasks: list[list[Piece]], parsed: threading.Event) -> Parsed:
+    """read_parsed once every piece's summary is in ``scratch``; an error when ``parsed`` is set and one is
     still missing (the parse failed: the queue writers' job reports why)."""
     fs, root = resolve(scratch)
-    wanted = {posixpath.basename(summary_path(scratch, s.name)) for s in segments}
+    wanted = {posixpath.basename(summary_path(scratch, p.name)) for task in tasks for p in task}
     while True:
         last_look = parsed.is_set()
         found = {i.base_name for i in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))}
         if wanted <= found:
-            return read_summaries(scratch, segments)
+            return read_parsed(scratch, tasks)
         if last_look:
-            raise RuntimeError(f"the parse left no summary of {len(wanted - found)} segment(s) in {scratch}")
+            raise RuntimeError(f"the parse left no summary of {len(wanted - found)} piece(s) in {scratch}")
         parsed.wait(SUMMARY_POLL)
 
 
