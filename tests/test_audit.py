@@ -482,9 +482,9 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     parses: list[str] = []
     parse_store = rebuild_module.parse_store
 
-    def counted(run: Run, segments: list, mode: str, scratch: str) -> object:
+    def counted(run: Run, segments: list, mode: str, scratch: str, *whole: object) -> object:
         parses.append(mode)
-        return parse_store(run, segments, mode, scratch)
+        return parse_store(run, segments, mode, scratch, *whole)
 
     monkeypatch.setattr(rebuild_module, "parse_store", counted)
     assert audit(Run(spark, cfg), str(store), None, str(tmp_path / "r1")).exit_code == 0
