@@ -222,16 +222,17 @@ class PieceSummary:
 
 
 def merge_pieces(segment: Segment, pieces: list[PieceSummary]) -> SegmentSummary | None:
-    """The segment's summary from its pieces' (in order), exactly what its parse whole gives; None when the pieces
-    do not meet: each must start where the one before handed off (piece 0 at the segment's start), one that
-    found no record after one whose records stopped, and none unreadable. Then the whole parse decides."""
+    """The segment's summary from its pieces' (in order), exactly what its parse whole gives (a segment parsed
+    whole: its one piece's); None when the pieces do not meet: each must start where the one before handed off
+    (piece 0 at the segment's start), one that found no record after one whose records stopped, and none
+    unreadable. Then the whole parse decides."""
+    if len(pieces) == 1:  # the segment parsed whole
+        return pieces[0].summary
     expected: int | None = segment.start
     for p in pieces:
         if p.start != expected or p.summary.end_reason == END_UNREADABLE:
             return None
         expected = p.handoff
-    if len(pieces) == 1:
-        return pieces[0].summary
     if expected is not None:
         return None
     last = [p for p in pieces if p.start is not None][-1].summary

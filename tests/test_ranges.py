@@ -195,3 +195,12 @@ def test_a_big_commitlog_segment_is_cut_into_ranges_a_dledger_file_or_a_whole_on
     assert [p.name for t in tasks for p in t] == [f"{0:020d}.{k:03d}" for k in range(4)] + [segs[1].name]
     dledger = Segment(f"file:///s/dledger-n0/data/{0:020d}", f"{0:020d}", 0, gib, "dledger-n0/data")
     assert [[(p.lo, p.hi, p.count) for p in t] for t in plan_parse_tasks([dledger], 256 << 20)] == [[(0, gib, 1)]]
+
+
+def test_unreadable_ranges_do_not_meet_and_the_whole_parse_reports_it(tmp_path: Path) -> None:
+    seg = Segment(str(tmp_path / "commitlog" / f"{BASE:020d}"), f"{BASE:020d}", BASE, 1 << 16)  # no such file
+    ranged = parse(cut(seg, [20_000, 40_000]), tmp_path / "ranged", "dispatch")
+    assert merge_pieces(seg, ranged.summaries) is None
+    whole = parse([Piece(seg, 0, seg.size)], tmp_path / "whole", "dispatch")
+    merged = merge_pieces(seg, whole.summaries)
+    assert merged is not None and (merged.end_reason, merged.messages) == ("unreadable", 0)

@@ -343,7 +343,7 @@ def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, 
         try:
             return read_summaries(scratch, segments, whole)
         except RangesDisagree as exc:
-            whole |= exc.segments
+            whole = exc.parse_whole(whole)
 
 
 class RangesDisagree(Exception):
@@ -352,6 +352,12 @@ class RangesDisagree(Exception):
     def __init__(self, segments: frozenset[str]) -> None:
         super().__init__(f"the byte ranges of {len(segments)} segment(s) did not meet: {', '.join(sorted(segments))}")
         self.segments = segments
+
+    def parse_whole(self, whole: frozenset[str]) -> frozenset[str]:
+        """The segments to parse whole next time: ``whole`` and these (a segment parsed whole always merges)."""
+        if self.segments <= whole:
+            raise RuntimeError(f"segments parsed whole did not merge: {', '.join(sorted(self.segments))}")
+        return whole | self.segments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -557,7 +563,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop", prepared: Pr
         try:
             result = _rebuild(run, store, out, on_error, segments, list(findings), whole)
         except RangesDisagree as exc:
-            whole |= exc.segments
+            whole = exc.parse_whole(whole)
             continue
         result.seconds = time.monotonic() - t0
         return result
