@@ -76,10 +76,10 @@ def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
 def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_path, store, monkeypatch):
     """Every 128 KiB segment parsed in 7 byte ranges (storelib.segments.Piece): the same files and rebuild.json
     as the parse of whole segments, none of them parsed whole again."""
-    import jobs.pipeline.rebuild as rebuild_module
+    import jobs.pipeline.parse as parse_module
 
     whole = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "whole"))
-    monkeypatch.setattr(rebuild_module, "TASK_BYTES", 20_000)
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
     ranged = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "ranged"))
     assert ranged.whole == frozenset()
     assert storecopy.tree_digest(tmp_path / "ranged") == storecopy.tree_digest(tmp_path / "whole")
@@ -89,7 +89,7 @@ def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_pa
 def test_ranges_that_do_not_meet_are_parsed_whole_with_the_same_findings(spark, cfg, tmp_path, monkeypatch):
     """Garbage over a segment's first record: its first range stops there, the next ones find records; the
     segment is parsed whole and the run stops as it does without ranges."""
-    import jobs.pipeline.rebuild as rebuild_module
+    import jobs.pipeline.parse as parse_module
 
     store = copy_store("clean", tmp_path / "store")
     seg = store / "commitlog" / "00000000000000393216"
@@ -98,13 +98,13 @@ def test_ranges_that_do_not_meet_are_parsed_whole_with_the_same_findings(spark, 
     seg.write_bytes(bytes(data))
     with pytest.raises(DamageStop) as whole:
         rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
-    monkeypatch.setattr(rebuild_module, "TASK_BYTES", 20_000)
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
     with pytest.raises(DamageStop) as ranged:
         rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
     assert ranged.value.findings == whole.value.findings
     result = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"), on_error="skip-segment")
     assert result.whole == frozenset({seg.name})
-    monkeypatch.setattr(rebuild_module, "TASK_BYTES", 256 << 20)
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 256 << 20)
     unranged = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out2"), on_error="skip-segment")
     assert result.report == unranged.report
     assert storecopy.tree_digest(tmp_path / "out") == storecopy.tree_digest(tmp_path / "out2")
