@@ -20,10 +20,11 @@ from typing import Any
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
 from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
-from jobs.report.audit_report import console_summary
+from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
 from jobs.tables.history import append_history, last_clean_run
 from storelib import errors
+from storelib.audit import CleanRun
 from storelib.errors import EXIT_CANNOT, CannotAudit, RmqStoreError
 from storelib.report import HistoryEntry, HistoryRecord
 
@@ -180,7 +181,7 @@ def _exit_code(history: HistoryEntry | None, audited: int) -> int:
     return EXIT_CANNOT if history is not None and history.error is not None else audited
 
 
-def _last_clean_run(spark: Any, table: str, store_id: str) -> dict[str, Any] | None:
+def _last_clean_run(spark: Any, table: str, store_id: str) -> CleanRun | None:
     try:
         return last_clean_run(spark, table, store_id)
     except Exception as exc:  # an unreadable table: auditing only the tail would rest on nothing

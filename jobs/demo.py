@@ -21,7 +21,6 @@ if __package__ in (None, ""):
 import argparse
 import contextlib
 import dataclasses
-import json
 import shlex
 import shutil
 import sys
@@ -29,6 +28,8 @@ from pathlib import Path
 
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.generate import BROKER_VERSION
+from storelib.report import AuditReport
+from storelib.verdict import report_verdict
 
 BROKEN_BY = ("Audit-Log", ("Billing_v1", 0))  # the topic whose consumequeue/ is lost; the queue zeroed
 
@@ -120,19 +121,19 @@ def break_copy(d: Demo) -> None:
         print(f"  {what}")
 
 
-def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = None) -> tuple[int, dict | None]:
+def audit(d: Demo, step: str, store: Path, report: Path, rebuilt: Path | None = None) -> tuple[int, AuditReport | None]:
     """``rmqstore audit``, its summary line printed: (exit code, report.json), None when it could not audit."""
     argv = ["audit", "--store", str(store), "--report", str(report), *d.options()]
     code, lines = d.verb(step, [*argv, *(["--rebuilt", str(rebuilt)] if rebuilt else [])])
     if code not in (EXIT_OK, EXIT_FINDINGS) or not (report / "report.json").is_file():
         return d.failed(step, code, lines), None
     print(f"  {next(line for line in reversed(lines) if line.startswith('audit: '))}")
-    return code, json.loads((report / "report.json").read_text())
+    return code, AuditReport.from_json((report / "report.json").read_text())
 
 
 def rescue(d: Demo) -> int:
     """Break a copy, audit it, run the verdict's own --apply command as printed, audit again, say how to undo."""
-    from jobs.report.audit_report import verdict_lines
+    from jobs.report.console import verdict_lines
 
     break_copy(d)
     before, after = d.rescue / "audit-before", d.rescue / "audit-after"
@@ -141,7 +142,7 @@ def rescue(d: Demo) -> int:
     if report is None:
         return code
     print("\n".join(verdict_lines(report)))
-    apply_ = shlex.split(report["verdict"]["recover"]["commands"][-1])[1:]
+    apply_ = shlex.split(report_verdict(report)["recover"]["commands"][-1])[1:]
     print(f"== the verdict's command: rmqstore {shlex.join(apply_)}")
     code, lines = d.verb("recover", [*apply_, *d.spark])
     print("\n".join(f"  {line}" for line in lines if line.startswith("recover:")))

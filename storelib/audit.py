@@ -22,6 +22,7 @@ Every result is a ``storelib.findings.Finding`` of a kind registered in ``storel
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Mapping
 
@@ -50,7 +51,8 @@ from storelib.layout import (
     offset_file_name,
     queue_dir,
 )
-from storelib.report import SegmentRecord
+from storelib.plan import Step
+from storelib.report import QueueRow, SegmentRecord
 from storelib.restart import Restart, SegmentFacts, next_start, stops_recovery
 from storelib.segments import Segment, SegmentSummary
 
@@ -59,14 +61,15 @@ from storelib.segments import Segment, SegmentSummary
 _NO_FILE, _TORN, _UNIT = 0, 1, 2
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class QueueAudit:
-    """One queue's findings, its row of the per-queue table, and the files recover would change."""
+    """One queue's findings, its row of the per-queue table (None when a live file could not be read: the queue
+    was not audited), and the files recover would change: what an executor's queue task returns."""
 
     topic: str
     queue_id: int
     findings: list[Finding]
-    row: dict[str, object]
+    row: QueueRow | None
     write: list[str]  # rebuilt file names that replace or create live files
     delete: list[str]  # live file names to delete
     rel_dir: str | None = None  # the queue's directory, when not consumequeue/<topic>/<queueId>
@@ -250,7 +253,7 @@ class _Queue:
             )
         ]
 
-    def row(self, findings: list[Finding], live_entries: int) -> dict[str, object]:
+    def row(self, findings: list[Finding], live_entries: int) -> QueueRow:
         b = self.base
         return _row(
             self.topic,
@@ -547,24 +550,23 @@ def _row(
     rebuilt_min: int | None,
     rebuilt_end: int | None,
     live_max_physic_offset: int = -1,
-) -> dict[str, object]:
-    """One line of the per-queue table (``live_max_physic_offset``: the queue's ``getMaxPhysicOffset`` after
-    its recovery, the end of the record its last unit before ``live_end`` points at; -1 without one)."""
+) -> QueueRow:
+    """One line of the per-queue table."""
     bad = [f for f in findings if is_divergence(f)]
-    return {
-        "topic": topic,
-        "queue_id": queue_id,
-        "status": worst(findings),
-        "kinds": sorted({f.kind for f in findings}),
-        "live_entries": live_entries,
-        "live_end": live_end,
-        "rebuilt_entries": rebuilt_entries,
-        "rebuilt_min": rebuilt_min,
-        "rebuilt_end": rebuilt_end,
-        "live_max_physic_offset": live_max_physic_offset,
-        "first_bad_queue_offset": min((f.queue_offset for f in bad if f.queue_offset is not None), default=None),
-        "bad_entries": sum(f.count or 0 for f in bad),
-    }
+    return QueueRow(
+        topic,
+        queue_id,
+        worst(findings),
+        tuple(sorted({f.kind for f in findings})),
+        live_entries,
+        live_end,
+        rebuilt_entries,
+        rebuilt_min,
+        rebuilt_end,
+        live_max_physic_offset,
+        min((f.queue_offset for f in bad if f.queue_offset is not None), default=None),
+        sum(f.count or 0 for f in bad),
+    )
 
 
 @dataclasses.dataclass
@@ -989,10 +991,54 @@ class IndexPart:
         return cls(reader.file, np.flatnonzero(mask) + 1, key_hash[mask], phy[mask], reachable)
 
 
-def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], threshold: int) -> dict[str, object]:
-    """One commitlog range: every live entry must be a rebuilt entry (``bad``: per live file the count and the
-    first, entry, keyHash, offset); every distinct rebuilt pair must be reachable in a live file (``missing``
-    and, among the pairs ``threshold`` samples, ``missing_sampled``: count, then the lowest offset, keyHash)."""
+@dataclasses.dataclass(frozen=True)
+class BadEntries:
+    """A live IndexFile's entries in a range that are no rebuilt entry: how many, and the first one's entry number,
+    keyHash and commitlog offset."""
+
+    count: int
+    entry: int
+    key_hash: int
+    phy_offset: int
+
+    def __add__(self, other: BadEntries) -> BadEntries:
+        """Two ranges' bad entries of one file: the counts added, the lowest entry first."""
+        first = min(self, other, key=lambda b: (b.entry, b.key_hash, b.phy_offset))
+        return dataclasses.replace(first, count=self.count + other.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class MissingPairs:
+    """Rebuilt (keyHash, commitlog offset) pairs the broker's lookup over the live files misses: how many, and the
+    lowest (commitlog offset, keyHash) among them."""
+
+    count: int
+    phy_offset: int
+    key_hash: int
+
+    def __add__(self, other: MissingPairs) -> MissingPairs:
+        """Two ranges' missed pairs: the counts added, the lowest (commitlog offset, keyHash) of both."""
+        lowest = min(self, other, key=lambda m: (m.phy_offset, m.key_hash))
+        return dataclasses.replace(lowest, count=self.count + other.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeComparison:
+    """One commitlog range's IndexFile entries compared (what an index range task returns): live entries checked,
+    the bad ones per live file, the distinct rebuilt pairs and how many the sample takes, and those missed (all,
+    and among the sampled)."""
+
+    entries_checked: int
+    bad: Mapping[str, BadEntries]
+    keys_total: int
+    keys_sampled: int
+    missing: MissingPairs | None
+    missing_sampled: MissingPairs | None
+
+
+def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], threshold: int) -> RangeComparison:
+    """One commitlog range: every live entry must be a rebuilt entry; every distinct rebuilt pair must be reachable
+    in a live file (``threshold`` samples the pairs, storelib.audit.sample_threshold)."""
     phys = _distinct(np.concatenate([p.phy_offset for p in rebuilt] or [np.zeros(0, np.int64)]))
     wanted = _distinct(np.concatenate([_pair_codes(phys, p) for p in rebuilt] or [np.zeros(0, np.int64)]))
     bad, found = {}, [np.zeros(0, np.int64)]
@@ -1001,18 +1047,20 @@ def compare_index_range(live: list[IndexPart], rebuilt: list[IndexPart], thresho
         unknown = np.flatnonzero(~_members(codes, wanted))
         if len(unknown):
             i = int(unknown[0])
-            bad[part.name] = [len(unknown), int(part.entry[i]), int(part.key_hash[i]), int(part.phy_offset[i])]
+            bad[part.name] = BadEntries(
+                len(unknown), int(part.entry[i]), int(part.key_hash[i]), int(part.phy_offset[i])
+            )
         found.append(codes[part.reachable] if part.reachable is not None else codes[:0])
     missing = ~_members(wanted, _distinct(np.concatenate(found)))
     sampled = _sampled(phys, wanted, threshold)
-    return {
-        "entries_checked": sum(len(p.entry) for p in live),
-        "bad": bad,
-        "keys_total": len(wanted),
-        "keys_sampled": int(sampled.sum()),
-        "missing": _first_pair(phys, wanted[missing]),
-        "missing_sampled": _first_pair(phys, wanted[missing & sampled]),
-    }
+    return RangeComparison(
+        entries_checked=sum(len(p.entry) for p in live),
+        bad=bad,
+        keys_total=len(wanted),
+        keys_sampled=int(sampled.sum()),
+        missing=_first_pair(phys, wanted[missing]),
+        missing_sampled=_first_pair(phys, wanted[missing & sampled]),
+    )
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -1056,19 +1104,30 @@ def _sampled(phys: np.ndarray, codes: np.ndarray, threshold: int) -> np.ndarray:
     return (z ^ (z >> np.uint64(31))) < np.uint64(threshold)
 
 
-def _first_pair(phys: np.ndarray, codes: np.ndarray) -> list[int] | None:
-    """[count, commitlog offset, keyHash] of the lowest (offset, keyHash) among ``codes``; None when empty."""
+def _first_pair(phys: np.ndarray, codes: np.ndarray) -> MissingPairs | None:
+    """How many ``codes``, and the lowest (offset, keyHash) among them; None when empty."""
     if not len(codes):
         return None
     phy, key_hash = _unpack(phys, codes)
     lowest = phy == phy.min()
-    return [len(codes), int(phy.min()), int(key_hash[lowest].min())]
+    return MissingPairs(len(codes), int(phy.min()), int(key_hash[lowest].min()))
 
 
 # --- scope and repairs ----------------------------------------------------------------------
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class CleanRun:
+    """The store's last clean audit in the history table (exit code 0), what a ``--since-last`` run builds on: its
+    run id, when it started (UTC), the commitlog max offset it saw and the segments it read."""
+
+    run_id: str
+    started_at: dt.datetime
+    commitlog_max_offset: int | None = None
+    segments_audited: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Scope:
     """What an audit covers: the commitlog segments from offset ``start`` on, and what it skips.
 
@@ -1078,19 +1137,20 @@ class Scope:
 
     start: int
     segments: list[str]  # names of the commitlog segments audited
-    base: dict[str, object] | None = None
+    base: CleanRun | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)  # what was not audited, and why
     note: str = ""
 
-    def skip(self, count: int, what: str) -> None:
-        """Record that ``count`` ``what`` were not audited, unchanged since the base run."""
-        if count and self.base:
-            when = self.base["started_at"].isoformat(timespec="seconds")  # type: ignore[union-attr]
-            self.skipped.append(f"{count} {what} unchanged since run {self.base['run_id']} at {when}")
+    def skipping(self, count: int, what: str) -> tuple[str, ...]:
+        """The note that ``count`` ``what`` were not audited, unchanged since the base run (none for a full audit)."""
+        if not (count and self.base):
+            return ()
+        when = self.base.started_at.isoformat(timespec="seconds")
+        return (f"{count} {what} unchanged since run {self.base.run_id} at {when}",)
 
     @property
     def base_run_id(self) -> str | None:
-        return str(self.base["run_id"]) if self.base else None
+        return self.base.run_id if self.base else None
 
     def to_dict(self) -> dict[str, object]:
         """report.json's ``run.scope``."""
@@ -1103,32 +1163,31 @@ class Scope:
         }
 
 
-def audit_scope(segments: list[Segment], segment_size: int, since: dict[str, object] | None, note: str = "") -> Scope:
+def audit_scope(segments: list[Segment], segment_size: int, since: CleanRun | None, note: str = "") -> Scope:
     """The whole commitlog (``note`` says why); with ``since`` (a clean run's summary), the segments from the one
     holding its max offset."""
-    full = Scope(0, [s.name for s in segments], note=note)
     if since is None:
-        return full
-    base_max = since.get("commitlog_max_offset")
-    start = base_max - base_max % segment_size if isinstance(base_max, int) else 0
+        return Scope(0, [s.name for s in segments], note=note)
+    base_max = since.commitlog_max_offset
+    start = base_max - base_max % segment_size if base_max is not None else 0
     tail = [s for s in segments if s.start >= start]
     if base_max is None or not tail:
-        full.note = f"the commitlog does not reach where run {since['run_id']} ended ({base_max}): full audit"
-        return full
+        why = f"the commitlog does not reach where run {since.run_id} ended ({base_max}): full audit"
+        return Scope(0, [s.name for s in segments], note=why)
     scope = Scope(start, [s.name for s in tail], since)
-    scope.skip(len(segments) - len(tail), f"commitlog segments below offset {start}")
-    return scope
+    below = scope.skipping(len(segments) - len(tail), f"commitlog segments below offset {start}")
+    return dataclasses.replace(scope, skipped=list(below))
 
 
-def repair(action: str, file: str, source: str | None, reason: str) -> dict[str, object]:
+def repair(action: str, file: str, source: str | None, reason: str) -> Step:
     """One step of recover's plan: ``file`` (store-relative) from ``source`` (relative to the rebuilt dir)."""
-    return {"action": action, "file": file, "source": source, "reason": reason}
+    return Step(action, file, reason, source)
 
 
-def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, object]]:
+def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[Step]:
     """Replace or create the rebuilt files of a divergent queue, delete the live files it should not have."""
     rel = qa.rel_dir or queue_dir(qa.topic, qa.queue_id)
-    why = ", ".join(k for k in qa.row["kinds"] if KINDS[k].repairable)  # type: ignore[union-attr]
+    why = ", ".join(k for k in (qa.row.kinds if qa.row else ()) if KINDS[k].repairable)
     present = set(live_files)
     out = [repair("replace" if n in present else "create", f"{rel}/{n}", f"{rel}/{n}", why) for n in qa.write]
     return out + [repair("delete", f"{rel}/{n}", None, why) for n in qa.delete]
@@ -1136,7 +1195,7 @@ def queue_repairs(qa: QueueAudit, live_files: Iterable[str]) -> list[dict[str, o
 
 def index_repairs(
     positions: list[tuple[str | None, str | None]], findings: list[Finding], previous: str | None
-) -> list[dict[str, object]]:
+) -> list[Step]:
     """Replace differing files by position (keeping live names), create missing ones, delete extra ones.
 
     ``positions``: per position, the live and rebuilt file names; ``previous``: the live file before the first

@@ -159,6 +159,20 @@ def lmq_targets(cfg: BrokerConfig, topic: str, queue_id: int, names: str, offset
     return out
 
 
+#: the properties dispatch reads
+_DISPATCHED_PROPERTIES = (
+    PROPERTY_TAGS,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_DELAY,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_INNER_NUM,
+    PROPERTY_INNER_BASE,
+    PROPERTY_CRC32,
+)
+
+
 def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
     """Dispatch a batch with numpy: no per-record Python except for non-ASCII strings and delay records."""
     n = len(batch)
@@ -166,38 +180,8 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
     tran = transaction_type(batch.sys_flag)
     to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
     to_index = tran != TRANSACTION_ROLLBACK_TYPE if cfg.messageIndexEnable else np.zeros(n, dtype=bool)
-    names = (
-        PROPERTY_TAGS,
-        PROPERTY_KEYS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_DELAY,
-        PROPERTY_INNER_MULTI_DISPATCH,
-        PROPERTY_INNER_MULTI_QUEUE_OFFSET,
-        PROPERTY_INNER_NUM,
-        PROPERTY_INNER_BASE,
-        PROPERTY_CRC32,
-    )
-    values = find_properties(a, batch.props_start, batch.props_len, names)
-
-    tags_code = np.zeros(n, dtype=np.int64)
-    tag_start, tag_len = values[PROPERTY_TAGS]
-    tagged = np.flatnonzero(tag_start >= 0)
-    tags_code[tagged] = java_hash_utf8_runs(a, tag_start[tagged], tag_len[tagged])[0]
-
-    bad_delay: list[tuple[int, str]] = []
-    delay_start, delay_len = values[PROPERTY_DELAY]
-    levels = cfg.delay_levels_ms
-    schedule = [c for c, t in enumerate(batch.topic_names) if t == SCHEDULE_TOPIC]
-    for i in np.flatnonzero((delay_start >= 0) & np.isin(batch.topic_code, schedule)).tolist():
-        value = a[delay_start[i] : delay_start[i] + delay_len[i]].tobytes().decode("utf-8", "replace")
-        parsed = _parse_int(value)
-        if parsed is None:
-            bad_delay.append((i, value))
-            continue
-        level = min(parsed, len(levels))
-        if level > 0:
-            tags_code[i] = deliver_timestamp(level, int(batch.store_timestamp[i]), levels)
-
+    values = find_properties(a, batch.props_start, batch.props_len, _DISPATCHED_PROPERTIES)
+    tags_code, bad_delay = _tags_codes(batch, values, cfg)
     record, key_start, key_len = _index_key_runs(a, values, to_index)
     record, key_start, key_len, tag_key = _with_tag_keys(record, key_start, key_len, values, to_index, cfg)
     key_hash, key_units = java_hash_utf8_runs(a, key_start, key_len)
@@ -224,6 +208,32 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
         to_index=to_index,
         lmq_sources=lmq_sources,
     )
+
+
+def _tags_codes(
+    batch: RecordBatch, values: dict[str, tuple[np.ndarray, np.ndarray]], cfg: BrokerConfig
+) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Each record's tagsCode: the Java hash of its TAGS, or for a SCHEDULE_TOPIC_XXXX record with a DELAY level
+    its deliver timestamp; and the schedule records whose DELAY is no number (record index, value)."""
+    a = batch.buf
+    tags_code = np.zeros(len(batch), dtype=np.int64)
+    tag_start, tag_len = values[PROPERTY_TAGS]
+    tagged = np.flatnonzero(tag_start >= 0)
+    tags_code[tagged] = java_hash_utf8_runs(a, tag_start[tagged], tag_len[tagged])[0]
+    bad_delay: list[tuple[int, str]] = []
+    delay_start, delay_len = values[PROPERTY_DELAY]
+    levels = cfg.delay_levels_ms
+    schedule = [c for c, t in enumerate(batch.topic_names) if t == SCHEDULE_TOPIC]
+    for i in np.flatnonzero((delay_start >= 0) & np.isin(batch.topic_code, schedule)).tolist():
+        value = a[delay_start[i] : delay_start[i] + delay_len[i]].tobytes().decode("utf-8", "replace")
+        parsed = _parse_int(value)
+        if parsed is None:
+            bad_delay.append((i, value))
+            continue
+        level = min(parsed, len(levels))
+        if level > 0:
+            tags_code[i] = deliver_timestamp(level, int(batch.store_timestamp[i]), levels)
+    return tags_code, bad_delay
 
 
 def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:

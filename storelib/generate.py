@@ -605,6 +605,45 @@ def generate_store(
     """Write a stopped store (no ``abort``, no ``lock``) under ``root``; ``progress(bytes, messages)`` now and then."""
     t0 = time.monotonic()
     root = Path(root)
+    _make_root(root, spec, cfg)
+    dispatcher = _Dispatcher(root, cfg)
+    k = spec.deleted_head_segments
+
+    def finished(path: Path, start: int) -> None:
+        if start // cfg.mappedFileSizeCommitLog >= k:
+            dispatcher.segment(path, start)
+
+    writer = _SegmentWriter(root / "commitlog", cfg.mappedFileSizeCommitLog, finished)
+    written, kinds, last_store_timestamp = _write_messages(writer, spec, cfg, progress)
+    writer.finish()
+    deleted = writer.segments[: min(k, len(writer.segments) - 1)]
+    for path in writer.segments[len(deleted) : k]:  # a head segment kept after all: the last one
+        dispatcher.segment(path, int(path.name))
+    dispatcher.finish()
+    for path in deleted:
+        os.remove(path)
+    checkpoint = Checkpoint(last_store_timestamp, dispatcher.logics_timestamp, dispatcher.index_timestamp)
+    (root / CHECKPOINT).write_bytes(checkpoint.pack())
+    if progress is not None:
+        progress(writer.offset, written)
+    return GenerateSummary(
+        messages=written,
+        segments=len(writer.segments) - len(deleted),
+        deleted_segments=len(deleted),
+        bytes=writer.offset,
+        blanks=writer.blanks,
+        queues=len(dispatcher.queues),
+        cq_files=sum(q.files for q in dispatcher.queues.values()),
+        index_files=len(dispatcher.index.headers),
+        index_entries=dispatcher.index.entries,
+        seconds=time.monotonic() - t0,
+        kinds=dict(sorted(kinds.items())),
+    )
+
+
+def _make_root(root: Path, spec: GeneratorSpec, cfg: BrokerConfig) -> None:
+    """The store's empty commitlog/, consumequeue/ and index/; refused when ``root`` holds a store, or when the
+    queues' ConsumeQueue buffers would not fit in memory."""
     queues = spec.topics * spec.queues_per_topic * (2 if spec.long_topic else 1) + _SYSTEM_QUEUES
     if queues * cfg.cq_file_size > _MAX_CQ_BUFFERS:
         raise ValueError(
@@ -617,14 +656,13 @@ def generate_store(
     (root / "commitlog").mkdir(parents=True)
     (root / "consumequeue").mkdir()
     (root / "index").mkdir()
-    dispatcher = _Dispatcher(root, cfg)
-    k = spec.deleted_head_segments
 
-    def finished(path: Path, start: int) -> None:
-        if start // cfg.mappedFileSizeCommitLog >= k:
-            dispatcher.segment(path, start)
 
-    writer = _SegmentWriter(root / "commitlog", cfg.mappedFileSizeCommitLog, finished)
+def _write_messages(
+    writer: _SegmentWriter, spec: GeneratorSpec, cfg: BrokerConfig, progress: Callable[[int, int], None] | None
+) -> tuple[int, Counter[str], int]:
+    """The workload's messages into the segments, each at its commitlog offset with its queue offset (prepared and
+    rolled-back transaction messages take none): how many, how many of each kind, the last store timestamp."""
     workload = _Workload(spec, cfg)
     queue_offsets: Counter[tuple[str, int]] = Counter()
     kinds: Counter[str] = Counter()
@@ -651,27 +689,4 @@ def generate_store(
         last_store_timestamp = m.store_timestamp
         if progress is not None and written % _PROGRESS_EVERY == 0:
             progress(writer.offset, written)
-    writer.finish()
-    deleted = writer.segments[: min(k, len(writer.segments) - 1)]
-    for path in writer.segments[len(deleted) : k]:  # a head segment kept after all: the last one
-        dispatcher.segment(path, int(path.name))
-    dispatcher.finish()
-    for path in deleted:
-        os.remove(path)
-    checkpoint = Checkpoint(last_store_timestamp, dispatcher.logics_timestamp, dispatcher.index_timestamp)
-    (root / CHECKPOINT).write_bytes(checkpoint.pack())
-    if progress is not None:
-        progress(writer.offset, written)
-    return GenerateSummary(
-        messages=written,
-        segments=len(writer.segments) - len(deleted),
-        deleted_segments=len(deleted),
-        bytes=writer.offset,
-        blanks=writer.blanks,
-        queues=len(dispatcher.queues),
-        cq_files=sum(q.files for q in dispatcher.queues.values()),
-        index_files=len(dispatcher.index.headers),
-        index_entries=dispatcher.index.entries,
-        seconds=time.monotonic() - t0,
-        kinds=dict(sorted(kinds.items())),
-    )
+    return written, kinds, last_store_timestamp

@@ -28,6 +28,10 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def to_repair(self) -> dict[str, Any]:
+        """report.json's ``repairs`` entry: the step less ``offset`` (the audit's repairs replace, create, delete)."""
+        return {"action": self.action, "file": self.file, "source": self.source, "reason": self.reason}
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -47,13 +51,16 @@ class Plan:
 
 
 def recover_plan(
-    findings: Sequence[Finding], repairs: Sequence[Mapping[str, Any]], stopping: Mapping[str, int], truncate: bool
+    findings: Sequence[Finding],
+    repairs: Sequence[Step | Mapping[str, Any]],
+    stopping: Mapping[str, int],
+    truncate: bool,
 ) -> Plan:
     """The audit's repairs less the queues the broker would stop reading (``stopping``, found in the rebuilt
     files), the torn commitlog tail when ``truncate`` (``--truncate-torn-tail``), then the checkpoint whenever
     another file changes or a finding the checkpoint answers stands."""
-    kept = [r for r in repairs if dirname(r["file"]) not in stopping]
-    steps = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in kept]
+    typed = [r if isinstance(r, Step) else Step(**r) for r in repairs]  # or as report.json's ``repairs`` holds them
+    steps = [r for r in typed if dirname(r.file) not in stopping]
     notes = [
         f"{q}: left alone: the rebuilt queue has no entry for queue offset {at} (no record of it in the commitlog), "
         "and the broker would stop reading the queue at that unit, hiding every entry after it"

@@ -6,13 +6,15 @@ import collections
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storelib.checkpoint import Checkpoint
 from storelib.config import BrokerConfig
 from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
 from storelib.indexfile import IndexHeader
+from storelib.plan import Plan, Step
+from storelib.restart import Restart, SegmentFacts
 from storelib.segments import Segment, SegmentSummary, max_offset
 from storelib.versions import BrokerRules
 
@@ -217,6 +219,29 @@ def _rebuild_order(f: Finding) -> tuple[Any, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueRow:
+    """report.json's ``queues`` entry: one line of the per-queue table. ``live_max_physic_offset``: the queue's
+    ``getMaxPhysicOffset`` after its recovery, the end of the record its last unit before ``live_end`` points at
+    (-1 without one)."""
+
+    topic: str
+    queue_id: int
+    status: str  # the worst severity of its findings, "ok" without one
+    kinds: tuple[str, ...]
+    live_entries: int
+    live_end: int | None
+    rebuilt_entries: int
+    rebuilt_min: int | None
+    rebuilt_end: int | None
+    live_max_physic_offset: int
+    first_bad_queue_offset: int | None
+    bad_entries: int
+
+    def to_json(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "kinds": list(self.kinds)}
+
+
+@dataclasses.dataclass(frozen=True)
 class HistoryRecord:
     """What the history table keeps of an audit run (its summary row and findings); a run that could not audit
     has its times and exit code only."""
@@ -248,17 +273,170 @@ class HistoryEntry:
         )
 
 
-def audit_summary(findings: list[Finding], exit_code: int, counts: dict[str, Any]) -> dict[str, Any]:
-    """report.json's ``summary``: the exit code, counts per severity and kind, and whether the run saw everything."""
+@dataclasses.dataclass(frozen=True)
+class ScopeRecord:
+    """report.json's ``run.scope``: where the audit started, the segments it audited, the clean run it continues
+    (``--since-last``), what it skipped and why, and a note when it audited everything instead."""
+
+    from_offset: int = 0
+    segments_audited: tuple[str, ...] = ()
+    base_run_id: str | None = None
+    skipped: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingsRecord:
+    """report.json's ``run.broker_config``: the settings' file (None: RocketMQ's defaults), whether the settings are
+    the defaults, and the two that drive the verdict most."""
+
+    checkCRCOnRecover: bool
+    mappedFileSizeCommitLog: int
+    path: str | None = None
+    defaults: bool = True  # not recorded before: taken as the defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditRun:
+    """report.json's ``run``: what was audited against what, when, how (tool, Spark, settings, rules), the segments
+    and the broker's next start, the scope, and the run's history rows (``--history``)."""
+
+    store: str
+    rebuilt: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    seconds: float = 0.0
+    segments: tuple[SegmentFacts, ...] = ()
+    restart: Restart | None = None
+    restart_by_release: Mapping[str, Restart] = dataclasses.field(default_factory=dict)
+    scope: ScopeRecord | None = None
+    broker_rules: RulesRecord | None = None
+    tool_version: str | None = None
+    spark_master: str | None = None
+    rebuilt_temporary: bool = True
+    broker_config: SettingsRecord | None = None
+    history: HistoryEntry | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "history"}
+        out |= {
+            "segments": [dataclasses.asdict(s) for s in self.segments],
+            "restart": self.restart.to_dict() if self.restart else None,
+            "restart_by_release": {v: r.to_dict() for v, r in self.restart_by_release.items()},
+            "scope": _as_json(self.scope),
+            "broker_rules": _as_json(self.broker_rules),
+            "broker_config": _as_json(self.broker_config),
+        }
+        return out | ({"history": self.history.to_json()} if self.history else {})
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AuditRun:
+        typed = ("segments", "restart", "restart_by_release", "scope", "broker_rules", "broker_config", "history")
+        scope, rules, config, history = (d.get(k) for k in typed[3:])
+        return cls(
+            **_known(cls, {k: v for k, v in d.items() if k not in typed}),
+            segments=tuple(SegmentFacts(**s) for s in d.get("segments", ())),
+            restart=Restart(**d["restart"]) if d.get("restart") else None,
+            restart_by_release={v: Restart(**r) for v, r in (d.get("restart_by_release") or {}).items()},
+            scope=ScopeRecord(**_known(ScopeRecord, scope)) if scope else None,
+            broker_rules=RulesRecord.from_json(rules) if rules else None,
+            broker_config=SettingsRecord(**config) if config else None,
+            history=HistoryEntry(**history) if history else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSummary:
+    """report.json's ``summary``: the exit code, findings per severity and kind, whether the run saw everything, and
+    the counts of the commitlog, the queues and the IndexFiles (None when the audit stopped before them)."""
+
+    exit_code: int
+    findings: int = 0
+    error: int = 0
+    warning: int = 0
+    info: int = 0
+    kinds: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    complete: bool = True
+    commitlog: Mapping[str, int] | None = None
+    queues: Mapping[str, int] | None = None
+    index: Mapping[str, int] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items() if v is not None}
+
+
+def audit_summary(
+    findings: Sequence[Finding],
+    exit_code: int,
+    commitlog: Mapping[str, int] | None,
+    queues: Mapping[str, int] | None,
+    index: Mapping[str, int] | None,
+) -> AuditSummary:
+    """The summary of an audit's findings (in report order) and counts."""
     severities = collections.Counter(f.severity for f in findings)
-    return {
-        "exit_code": exit_code,
-        "findings": len(findings),
+    return AuditSummary(
+        exit_code,
+        len(findings),
         **{s: severities[s] for s in SEVERITIES},
-        "kinds": dict(sorted(collections.Counter(f.kind for f in findings).items())),
-        "complete": not any(KINDS[f.kind].incomplete for f in findings),
-        **counts,
-    }
+        kinds=dict(sorted(collections.Counter(f.kind for f in findings).items())),
+        complete=not any(KINDS[f.kind].incomplete for f in findings),
+        commitlog=commitlog,
+        queues=queues,
+        index=index,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """report.json: the run, the summary, the findings in report order, the per-queue and per-IndexFile rows
+    (``index_files`` as udfs.audit.IndexPosition.to_json wrote them), the repairs, recover's plan and the verdict
+    (storelib.verdict; None until it is computed from the rest). Built once, written once."""
+
+    run: AuditRun
+    summary: AuditSummary
+    findings: tuple[Finding, ...] = ()
+    queues: tuple[QueueRow, ...] = ()
+    index_files: tuple[Mapping[str, object], ...] = ()
+    repairs: tuple[Step, ...] = ()
+    plan: Plan = dataclasses.field(default_factory=lambda: Plan((), {}, ()))
+    verdict: Mapping[str, Any] | None = None
+
+    def to_json(self) -> str:
+        """The file's text: sorted keys, one-space indent, a final newline."""
+        d = {
+            "format": AUDIT_FORMAT,
+            "run": self.run.to_json(),
+            "summary": self.summary.to_json(),
+            "findings": [f.to_dict() for f in self.findings],
+            "queues": [q.to_json() for q in self.queues],
+            "index_files": [dict(f) for f in self.index_files],
+            "repairs": [r.to_repair() for r in self.repairs],
+            "plan": self.plan.to_dict(),
+            "verdict": self.verdict,
+        }
+        return json.dumps(d, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AuditReport:
+        """A report.json; what an older or smaller one lacks takes the defaults (no verdict: computed when read)."""
+        d = json.loads(text)
+        older = {"live_max_physic_offset": -1}  # not recorded before
+        queues = [QueueRow(**{**older, **q, "kinds": tuple(q["kinds"])}) for q in d.get("queues", ())]
+        return cls(
+            AuditRun.from_json(d["run"]),
+            AuditSummary(**_known(AuditSummary, d["summary"])),
+            tuple(Finding.from_dict(f) for f in d.get("findings", ())),
+            tuple(queues),
+            tuple(d.get("index_files", ())),
+            tuple(Step(**{k: v for k, v in r.items() if k != "offset"}) for r in d.get("repairs", ())),
+            Plan.from_dict(d["plan"]) if d.get("plan") else Plan((), {}, ()),
+            d.get("verdict"),
+        )
+
+
+def _as_json(record: object) -> dict[str, Any] | None:
+    return dataclasses.asdict(record) if record is not None else None  # type: ignore[call-overload]
 
 
 def sorted_findings(findings: list[Finding]) -> list[Finding]:

@@ -199,7 +199,7 @@ def test_wrong_entry_gives_expected_and_actual_of_damage_md() -> None:
 def test_unchanged_queue_is_ok() -> None:
     live = queue_files(CLEAN, "OrderCreated", 0)
     qa = classify_queue("OrderCreated", 0, live, dict(live), CFG, 0, MAX_OFFSET)
-    assert qa.findings == [] and qa.row["status"] == "ok" and qa.row["live_entries"] == 1614
+    assert qa.findings == [] and qa.row.status == "ok" and qa.row.live_entries == 1614
 
 
 # --- commitlog -------------------------------------------------------------------------------
@@ -389,13 +389,12 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
 
 
 def test_unreadable_or_vanished_queue_file_is_reported(tmp_path) -> None:
-    from udfs.audit import audit_queue
+    from udfs.audit import QueueTask, audit_queue
 
     store = tmp_path / "s"
     (store / "consumequeue" / "T" / "0").mkdir(parents=True)
-    row = {"topic": "T", "queue_id": 0, "live_files": ["00000000000000000000"], "rebuilt_files": [], "schedule": None}
-    out = json.loads(audit_queue(row, str(store), str(tmp_path / "r"), CFG, 0, 0))
-    assert out["unreadable"] and out["findings"][0]["kind"] == "unreadable-file"
+    qa = audit_queue(QueueTask("T", 0, ("00000000000000000000",), ()), str(store), str(tmp_path / "r"), CFG, 0, 0)
+    assert qa.row is None and qa.findings[0].kind == "unreadable-file"
 
 
 @pytest.mark.parametrize("fmt", [CONSUME_QUEUE, BATCH_CONSUME_QUEUE], ids=lambda f: f.name)
@@ -419,15 +418,14 @@ def test_hostile_topic_directory_names_are_reported_not_read(tmp_path, fmt: Queu
 
 @pytest.mark.skipif(__import__("os").geteuid() == 0, reason="running as root: file permissions do not bite")
 def test_unreadable_file_by_permissions(tmp_path) -> None:
-    from udfs.audit import audit_queue
+    from udfs.audit import QueueTask, audit_queue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)
     (d / "00000000000000000000").write_bytes(bytes(8000))
     (d / "00000000000000000000").chmod(0)
-    row = {"topic": "T", "queue_id": 0, "live_files": ["00000000000000000000"], "rebuilt_files": [], "schedule": None}
-    out = json.loads(audit_queue(row, str(tmp_path), str(tmp_path / "r"), CFG, 0, 0))
-    assert out["findings"][0]["kind"] == "unreadable-file"
+    qa = audit_queue(QueueTask("T", 0, ("00000000000000000000",), ()), str(tmp_path), str(tmp_path / "r"), CFG, 0, 0)
+    assert qa.findings[0].kind == "unreadable-file"
 
 
 def test_lock_detection(tmp_path) -> None:

@@ -65,13 +65,15 @@ def compared(live: list[bytes], rebuilt: list[bytes], starts: list[int], from_of
         parts = [IndexPart.of(IndexFileReader(d, CFG, str(i)), keep, True) for i, d in enumerate(live)]
         built = [IndexPart.of(IndexFileReader(d, CFG), keep, False) for d in rebuilt]
         r = compare_index_range(parts, built, 1 << 64)
-        for name, (n, *first) in r["bad"].items():
+        for name, b in r.bad.items():
+            n, *first = b.count, b.entry, b.key_hash, b.phy_offset
             was = out["bad"].get(name, [0, *first])
             out["bad"][name] = [was[0] + n, *min(was[1:], first)]
-        out["keys_total"] += r["keys_total"]
-        if r["missing"]:
-            was = out["missing"] or [0, *r["missing"][1:]]
-            out["missing"] = [was[0] + r["missing"][0], *min(was[1:], r["missing"][1:])]
+        out["keys_total"] += r.keys_total
+        if r.missing:
+            missing = [r.missing.count, r.missing.phy_offset, r.missing.key_hash]
+            was = out["missing"] or [0, *missing[1:]]
+            out["missing"] = [was[0] + missing[0], *min(was[1:], missing[1:])]
     return out
 
 
@@ -175,7 +177,7 @@ def test_the_sample_is_a_fraction_of_the_pairs_whatever_the_ranges() -> None:
                 return range_of(phy, scope.bounds) == k
 
             built = [IndexPart.of(IndexFileReader(d, CFG), keep, False) for d in REBUILT]
-            total += compare_index_range([], built, threshold)["keys_sampled"]
+            total += compare_index_range([], built, threshold).keys_sampled
         return total
 
     assert 0 < sampled(scope_one) == sampled(scope_many) < 30
@@ -224,7 +226,7 @@ def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark
         sets["missing"][1],
         f"keyHash {sets['missing'][2]} finds commitlog offset {sets['missing'][1]}",
     )
-    assert result.summary["index"]["keys_total"] == sets["keys_total"]
+    assert result.report.summary.index["keys_total"] == sets["keys_total"]
     assert len(_index_jobs(spark, "index-stage")) == 2
 
 

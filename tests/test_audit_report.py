@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from html.parser import HTMLParser
 from typing import Any
 
-from jobs.report.audit_report import console_summary, render_html
+from jobs.report.audit_report import render_html
+from jobs.report.console import console_summary
 from storelib.findings import Finding, finding
-from storelib.report import audit_summary
+from storelib.report import AuditReport, audit_summary
 
 HOSTILE = '<script>alert("x")</script>&amp;'
 IMG = "<img src=x onerror=alert(1)>"
@@ -32,7 +34,7 @@ PAGE_TAGS = {
 PAGE_TAGS |= {"svg", "rect", "line", "text"}
 
 
-def report(findings: list[Finding], exit_code: int, **run: Any) -> dict[str, Any]:
+def report(findings: list[Finding], exit_code: int, **run: Any) -> AuditReport:
     """An audit report.json with one divergent queue of a hostile topic and one repair."""
     counts = {
         "commitlog": {"segments": 1, "messages": 7, "min_offset": 0, "max_offset": 4000},
@@ -41,7 +43,7 @@ def report(findings: list[Finding], exit_code: int, **run: Any) -> dict[str, Any
     }
     queue = {"topic": HOSTILE, "queue_id": 0, "status": "error", "kinds": [IMG], "live_entries": 5, "live_end": 5}
     queue |= {"rebuilt_entries": 6, "rebuilt_min": 0, "rebuilt_end": 6, "first_bad_queue_offset": 2, "bad_entries": 1}
-    return {
+    text = {
         "run": {
             "store": f"/stores/{HOSTILE}",
             "rebuilt": f"/rebuilt/{IMG}",
@@ -58,12 +60,13 @@ def report(findings: list[Finding], exit_code: int, **run: Any) -> dict[str, Any
             ],
             **run,
         },
-        "summary": audit_summary(findings, exit_code, counts),
+        "summary": audit_summary(findings, exit_code, **counts).to_json(),
         "findings": [f.to_dict() for f in findings],
         "queues": [queue],
         "index_files": [],
         "repairs": [{"action": "replace", "file": f"consumequeue/{HOSTILE}/0/{0:020d}", "source": "x", "reason": IMG}],
     }
+    return AuditReport.from_json(json.dumps(text))
 
 
 def wrong_entry() -> Finding:

@@ -214,8 +214,8 @@ def test_history_last_clean_run_and_earlier_runs(spark, tmp_path):
     append_history(spark, table, run("broker-b", 3, 0), [])
 
     clean = last_clean_run(spark, table, "broker-a")
-    assert clean["run_id"] == first["run_id"] and clean["started_at"] == first["started_at"]
-    assert (clean["commitlog_max_offset"], clean["segments_audited"]) == (1600, ["00000000000000000000"])
+    assert clean.run_id == first["run_id"] and clean.started_at == first["started_at"]
+    assert (clean.commitlog_max_offset, clean.segments_audited) == (1600, ("00000000000000000000",))
     assert last_clean_run(spark, table, "broker-c") is None
 
     history = read_history(spark, table)

@@ -191,7 +191,7 @@ def test_the_audit_names_damage_only_a_dledger_store_has(spark, tmp_path: Path, 
     assert (file, file_offset) in named if file_offset is not None else [n[0] for n in named] == [file]
     assert result.exit_code == 1
     if case == "index-unit":
-        assert [r["file"] for r in result.repairs] == [file]
+        assert [r.file for r in result.repairs] == [file]
 
 
 def recovered(spark, store: Path, tmp_path: Path, broker_conf: Path) -> int:

@@ -223,12 +223,12 @@ def test_recover_copies_a_chunk_at_a_time_and_zeros_stay_a_hole(tmp_path: Path) 
     import os
     import tracemalloc
 
-    from jobs.pipeline.recover import CHUNK, Piece, _write_durably
+    from jobs.pipeline.durable import CHUNK, Piece, write_durably
 
     segment = tmp_path / "segment"
     segment.write_bytes(os.urandom(1 << 20) * 40)
     tracemalloc.start()
-    sha256 = _write_durably(tmp_path / "new", [Piece.of_file(segment, 1 << 20, 40 << 20), Piece(None, 0, 200 << 20)])
+    sha256 = write_durably(tmp_path / "new", [Piece.of_file(segment, 1 << 20, 40 << 20), Piece(None, 0, 200 << 20)])
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 3 * CHUNK
@@ -239,4 +239,4 @@ def test_recover_copies_a_chunk_at_a_time_and_zeros_stay_a_hole(tmp_path: Path) 
         expected.update(bytes(8 << 20))
     assert sha256 == expected.hexdigest()
     with pytest.raises(OSError, match="ends 1 bytes before byte"):
-        _write_durably(tmp_path / "short", [Piece.of_file(segment, 0, (40 << 20) + 1)])
+        write_durably(tmp_path / "short", [Piece.of_file(segment, 0, (40 << 20) + 1)])

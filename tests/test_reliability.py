@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.pipeline import recover as recover_mod
+from jobs.pipeline import transaction
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import list_queues
 from jobs.pipeline.rebuild import check_output
-from jobs.pipeline.recover import apply, undo
+from jobs.pipeline.recover import undo
 from storelib.config import BrokerConfig
 from storelib.errors import BadInput, Refused, RmqStoreError
 from storelib.indexfile import IndexFileReader, build_index_file_head, index_file_size
@@ -75,7 +75,7 @@ def test_undo_removes_the_files_and_the_directories_recover_created(tmp_path: Pa
     store, rebuilt = mini_store(tmp_path)
     before = tree_digest(store)
     dirs_before = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_dir())
-    apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
+    transaction.apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
     assert (store / "consumequeue" / "U" / "1" / "00000000000000000000").read_bytes() == b"created" * 10
     undo(str(store), tmp_path / "backup")
     assert tree_digest(store) == before
@@ -161,8 +161,8 @@ def test_a_rebuilt_queue_with_a_unit_the_broker_stops_at_is_found(tmp_path: Path
 
 
 def test_outputs_reached_through_symbolic_links_are_refused(tmp_path: Path) -> None:
+    from jobs.pipeline.backup import check_backup_dir
     from jobs.pipeline.listing import check_outside_store
-    from jobs.pipeline.recover import check_backup_dir
 
     store, _ = mini_store(tmp_path)
     link = tmp_path / "L"
@@ -240,7 +240,7 @@ def test_recover_checks_free_space_before_it_starts(tmp_path: Path, small_fs: Pa
     rebuilt = _big_rebuilt(tmp_path)
     before = tree_digest(store)
     with pytest.raises(Refused, match="not enough free space"):
-        apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
+        transaction.apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
     assert tree_digest(store) == before and not (tmp_path / "backup").exists()
 
 
@@ -249,9 +249,9 @@ def test_a_failure_while_applying_undoes_every_change(tmp_path: Path, small_fs: 
     store, _ = mini_store(small_fs)
     rebuilt = _big_rebuilt(tmp_path)
     before = tree_digest(store)
-    monkeypatch.setattr(recover_mod, "check_free_space", lambda *args: None)
+    monkeypatch.setattr(transaction, "check_free_space", lambda *args: None)
     with pytest.raises(RmqStoreError, match="every change was undone") as err:
-        apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
+        transaction.apply(STEPS, str(store), str(rebuilt), tmp_path / "backup", BrokerConfig())
     assert "No space left on device" in str(err.value)
     assert tree_digest(store) == before
     assert not (store / ".rmqstore-recover-tmp").exists() and not (store / "consumequeue" / "U").exists()
@@ -515,12 +515,12 @@ def test_record_damage_keeps_its_segment_and_audit_names_hostile_topics_orphans_
 
     a = audit(Run(spark, CFG), str(store), str(tmp_path / "rebuilt"), str(tmp_path / "report"))
     found = {(f.kind, f.file) for f in a.findings}
-    assert any(k == "hostile-topic-name" for k, _ in found) and a.summary["complete"] is False
+    assert any(k == "hostile-topic-name" for k, _ in found) and a.report.summary.complete is False
     assert ("cq-empty-queue", "consumequeue/Ghost/0/00000000000000000000") in found
     assert ("hostile-name", "consumequeue/LinkedTopic") in found
     assert not any(k in ("cq-dirty-tail", "segments-skipped", "segment-zero-tail") for k, _ in found)
-    rows = {(q["topic"], q["queue_id"]): q for q in a.report["queues"]}
-    assert rows[("Ghost", 0)]["status"] == "warning" and ("LinkedTopic", 0) not in rows
+    rows = {(q.topic, q.queue_id): q for q in a.report.queues}
+    assert rows[("Ghost", 0)].status == "warning" and ("LinkedTopic", 0) not in rows
 
 
 def test_recover_never_writes_a_unit_the_broker_stops_at_and_truncates_a_torn_tail(

@@ -8,7 +8,7 @@ tests.test_report_html docs/report.png`` makes the README's screenshot from the 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import re
 import shutil
@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from jobs.report.audit_report import console_summary, render_html
+from jobs.report.audit_report import render_html
+from jobs.report.console import console_summary
+from storelib.report import AuditReport
 from storelib.verdict import verdict
 
 DATA = Path(__file__).parent / "data"
@@ -67,22 +69,32 @@ def chromium() -> str:
     return path
 
 
-def crashed_report() -> dict[str, Any]:
-    """The saved crashed/ audit, its verdict computed by this tree's storelib.verdict (the same lost messages)."""
-    report = json.loads((DATA / "crashed-4.9.8-report.json").read_text())
-    lost = report.pop("verdict")["truncate"]["messages"]
-    return dict(report, verdict=verdict(report, lost))
+def typed(report: dict[str, Any]) -> AuditReport:
+    """A report.json as the page reads it, its verdict computed by this tree's storelib.verdict (with the saved
+    verdict's lost messages, if it has one)."""
+    lost = ((report.get("verdict") or {}).get("truncate") or {}).get("messages")
+    read = AuditReport.from_json(json.dumps({k: v for k, v in report.items() if k != "verdict"}))
+    return dataclasses.replace(read, verdict=verdict(read, lost))
 
 
-def clean_report() -> dict[str, Any]:
+def crashed_json() -> dict[str, Any]:
+    """The saved crashed/ audit."""
+    return json.loads((DATA / "crashed-4.9.8-report.json").read_text())
+
+
+def crashed_report() -> AuditReport:
+    return typed(crashed_json())
+
+
+def clean_report() -> AuditReport:
     """The same run as if the store were sound: no findings, every queue ok, nothing to repair."""
-    report = copy.deepcopy(crashed_report())
+    report = crashed_json()
     report.update(findings=[], repairs=[], plan={"steps": [], "stopping": {}, "notes": []})
     report["summary"].update(exit_code=0, error=0, warning=0, info=0, findings=0, kinds={})
     for q in report["queues"]:
         q.update(status="ok", kinds=[], first_bad_queue_offset=None, bad_entries=0)
     report.pop("verdict")
-    return dict(report, verdict=verdict(report))
+    return typed(report)
 
 
 def browse(html: str, width: int, height: int, *, screenshot: Path | None = None) -> dict[str, Any]:
@@ -114,12 +126,12 @@ def test_verdict_and_command_on_the_first_screen_nothing_clipped(width: int, hei
     assert (seen["vw"], seen["vh"]) == (width, height)
     assert seen["headline"], "the verdict is not on the first screen"
     assert seen["command"], "the recover command is not on the first screen"
-    assert seen["command_text"] == report["verdict"]["recover"]["commands"][0]
+    assert seen["command_text"] == report.verdict["recover"]["commands"][0]
     assert seen["clipped"] == []
     assert not seen["page_scrolls_sideways"]
     assert seen["shown"], "no finding kind on the page"
     assert set(seen["shown"]) <= set(seen["legend"])
-    assert set(seen["legend"]) == set(report["summary"]["kinds"])
+    assert set(seen["legend"]) == set(report.summary.kinds)
 
 
 @pytest.mark.browser
@@ -133,7 +145,7 @@ def test_a_clean_store_says_so_on_the_first_screen() -> None:
 def test_the_page_names_no_deleted_directory_and_folds_the_ok_queues() -> None:
     report = crashed_report()
     page = render_html(report)
-    assert report["run"]["rebuilt"] not in page and ".rmqstore-work-" not in page
+    assert report.run.rebuilt not in page and ".rmqstore-work-" not in page
     assert "rebuilt in a temporary work directory" in page
     assert "<summary>23 queues ok</summary>" in page
     assert page.index("Metrics/0") < page.index("<details>")  # the queues with findings come first
@@ -158,10 +170,10 @@ def test_a_clean_report_has_no_empty_tables() -> None:
 
 
 def test_store_values_are_escaped() -> None:
-    report = crashed_report()
+    report = crashed_json()
     report["run"]["store"] = "/data/<script>alert(1)</script>"
     report["queues"][0]["topic"] = "<img src=x>"
-    page = render_html(dict(report, verdict=verdict({k: v for k, v in report.items() if k != "verdict"})))
+    page = render_html(typed(report))
     assert "<script>alert" not in page and "<img src=x>" not in page
 
 

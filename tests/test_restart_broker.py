@@ -60,9 +60,9 @@ def predicted(spark, root: Path, conf: Path, version: str, work: Path) -> Start:
     """The audit's prediction for the store at ``root`` under ``version``'s rules."""
     cfg = dataclasses.replace(load_broker_config(conf), brokerVersion=version)
     report = audit(Run(spark, cfg, work_root=str(work)), str(root), None, None).report
-    r = report["run"]["restart"]
-    deleted = frozenset(f["file"] for f in report["findings"] if f["kind"] == "index-deleted-on-recovery")
-    return Start(r["crash"], r["start_offset"], r["truncate_at"], deleted)
+    r = report.run.restart
+    deleted = frozenset(f.file for f in report.findings if f.kind == "index-deleted-on-recovery")
+    return Start(r.crash, r.start_offset, r.truncate_at, deleted)
 
 
 def torn_copy(version: str, dst: Path, crash: bool) -> Path:

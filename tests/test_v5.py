@@ -349,7 +349,7 @@ def test_a_healthy_batch_queue_is_clean(bcq_queue) -> None:
     cfg, files = bcq_queue
     qa = classify_batch_queue("TopicBatchCQ", 0, files, files, cfg, 0, 1_438_095)
     assert qa.findings == []
-    assert (qa.row["live_entries"], qa.row["live_end"], qa.row["rebuilt_end"]) == (38, 151, 151)
+    assert (qa.row.live_entries, qa.row.live_end, qa.row.rebuilt_end) == (38, 151, 151)
     base, batch_size = unit_at(files["00000000000000000000"], 37)[4:]
     assert base + batch_size == 151
 

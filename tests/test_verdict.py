@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from storelib.findings import Finding, finding
-from storelib.plan import recover_plan
+from storelib.plan import Step, recover_plan
+from storelib.report import AuditReport
 from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
 
 DATA = Path(__file__).parent / "data"
@@ -24,10 +25,16 @@ BROKER_CONF = "/work/shared/fixtures/rocketmq-4.9.8-sample/broker.conf"
 TRUNCATED_AT, MESSAGES_KEPT, MESSAGES = 1_965_519, 6_836, 11_967
 
 
+def typed(report: dict[str, Any]) -> AuditReport:
+    """A report.json as the verdict reads it."""
+    return AuditReport.from_json(json.dumps(report))
+
+
 def with_plan(report: dict[str, Any]) -> dict[str, Any]:
     """The report with recover's plan as the audit puts it there (no rebuilt queue the broker stops at)."""
     findings = [Finding.from_dict(f) for f in report["findings"]]
-    return dict(report, plan=recover_plan(findings, report["repairs"], {}, truncate=False).to_dict())
+    repairs = [Step(r["action"], r["file"], r["reason"], r["source"]) for r in report["repairs"]]
+    return dict(report, plan=recover_plan(findings, repairs, {}, truncate=False).to_dict())
 
 
 def crashed() -> dict[str, Any]:
@@ -55,7 +62,7 @@ def report_of(*findings: dict[str, Any], repairs: list[dict[str, Any]] = (), exi
 
 
 def test_the_crashed_store_is_truncated_where_the_real_broker_truncated_it() -> None:
-    v = verdict(crashed(), MESSAGES - MESSAGES_KEPT)
+    v = verdict(typed(crashed()), MESSAGES - MESSAGES_KEPT)
     assert v["broker"] == "truncate"
     assert v["truncate"]["commitlog_offset"] == TRUNCATED_AT
     assert v["truncate"]["share"] == pytest.approx(0.43, abs=0.005)
@@ -72,7 +79,7 @@ def test_the_audit_counted_the_messages_the_truncation_loses() -> None:
 
 
 def test_one_line_per_damaged_area() -> None:
-    lines = {p["area"]: p["text"] for p in verdict(crashed())["problems"]}
+    lines = {p["area"]: p["text"] for p in verdict(typed(crashed()))["problems"]}
     assert list(lines) == ["commitlog", "ConsumeQueue", "IndexFile", "checkpoint and abort"]
     assert lines["ConsumeQueue"] == (
         "cq-wrong-entries: Audit-Log/0 at queue offset 517, 1 entry; "
@@ -83,7 +90,7 @@ def test_one_line_per_damaged_area() -> None:
 
 
 def test_the_next_command_names_the_store_and_the_broker_config() -> None:
-    advice = verdict(crashed())["recover"]
+    advice = verdict(typed(crashed()))["recover"]
     assert advice["possible"] and advice["stop_broker_first"]
     assert advice["commands"] == [
         f"rmqstore recover --store {CRASHED_STORE} --broker-config {BROKER_CONF}",
@@ -93,19 +100,19 @@ def test_the_next_command_names_the_store_and_the_broker_config() -> None:
 
 
 def test_each_step_names_what_it_fixes_and_the_checkpoint_averts_the_truncation() -> None:
-    steps = {s["file"]: {r["kind"] for r in s["resolves"]} for s in verdict(crashed())["recover"]["steps"]}
+    steps = {s["file"]: {r["kind"] for r in s["resolves"]} for s in verdict(typed(crashed()))["recover"]["steps"]}
     assert steps == {
         "consumequeue/Audit-Log/0/00000000000000008000": {"cq-wrong-entries"},
         "consumequeue/Metrics/0/00000000000000016000": {"cq-zeroed-entries"},
         "index/20261122015838886": {"index-file-differs", "index-header-inconsistent", "index-keys-not-found"},
         "checkpoint": {"recovery-would-truncate", "index-deleted-on-recovery"},
     }
-    remains = {r["kind"]: r["count"] for r in verdict(crashed())["recover"]["remains"]}
+    remains = {r["kind"]: r["count"] for r in verdict(typed(crashed()))["recover"]["remains"]}
     assert remains == {"abort-marker": 1, "crc-mismatch": 2}
 
 
 def test_a_clean_store_starts_normally_and_needs_no_recover() -> None:
-    v = verdict(report_of(exit_code=0))
+    v = verdict(typed(report_of(exit_code=0)))
     assert (v["broker"], v["headline"], v["problems"]) == ("start", "The broker would start normally.", [])
     assert v["recover"]["possible"] is False
     assert v["recover"]["why_not"] == "nothing for recover to change"
@@ -114,7 +121,7 @@ def test_a_clean_store_starts_normally_and_needs_no_recover() -> None:
 def test_a_torn_consume_queue_file_stops_the_broker_from_starting() -> None:
     torn = finding("cq-torn-file", "consumequeue/t/0/00000000000000000000", "7990 bytes", topic="t", queue_id=0)
     fix = {"action": "replace", "file": torn.file, "source": torn.file, "reason": "cq-torn-file"}
-    v = verdict(report_of(torn.to_dict(), repairs=[fix]))
+    v = verdict(typed(report_of(torn.to_dict(), repairs=[fix])))
     assert v["broker"] == "refuse"
     assert "refuses to start" in v["headline"]
     assert [s["file"] for s in v["recover"]["steps"]] == [torn.file, "checkpoint"]
@@ -123,7 +130,7 @@ def test_a_torn_consume_queue_file_stops_the_broker_from_starting() -> None:
 
 def test_recover_is_not_offered_when_the_rebuilt_index_cannot_vouch_for_the_store() -> None:
     stale = finding("rebuilt-stale", "commitlog/00000000000000000000", "other records")
-    v = verdict(report_of(stale.to_dict(), exit_code=2))
+    v = verdict(typed(report_of(stale.to_dict(), exit_code=2)))
     assert v["broker"] == "unknown"
     assert v["recover"]["possible"] is False
     assert v["recover"]["why_not"].startswith("rebuild the index")
@@ -132,7 +139,7 @@ def test_recover_is_not_offered_when_the_rebuilt_index_cannot_vouch_for_the_stor
 def test_a_remote_store_is_recovered_on_the_broker_host() -> None:
     report = report_of(finding("checkpoint-unreadable", "checkpoint", "missing").to_dict())
     report["run"]["store"] = "hdfs://nn/backups/broker-a"
-    assert "local stores only" in verdict(report)["recover"]["why_not"]
+    assert "local stores only" in verdict(typed(report))["recover"]["why_not"]
 
 
 def test_words_and_sizes() -> None:
@@ -162,7 +169,7 @@ def test_recover_plan_lines_with_recovers_own_steps() -> None:
             "offset": 37123,
         },
     ]
-    lines = plan_lines(report, steps, backup="/backups/b1")
+    lines = plan_lines(typed(report), [Step(**s) for s in steps], backup="/backups/b1")
     assert lines[0] == "recover plan (3 steps; the broker must be stopped):"
     assert lines[1] == (
         "  1. replace consumequeue/Metrics/0/00000000000000016000: "
@@ -180,14 +187,14 @@ def test_recover_plan_lines_with_recovers_own_steps() -> None:
 def test_closing_line_and_exit_code_agree() -> None:
     after = copy.deepcopy(crashed())
     after["findings"] = [f for f in after["findings"] if f["kind"] in ("abort-marker", "crc-mismatch")]
-    line, code = closing_line(after)
+    line, code = closing_line(typed(after))
     assert (line, code) == (
         "recover: re-audit: 0 repairable findings left; left as is (recover does not change them): "
         "abort-marker, crc-mismatch ×2; exit code 0",
         0,
     )
     after["findings"].append(finding("cq-missing-tail", "consumequeue/t/0/0", "x", topic="t", queue_id=0).to_dict())
-    assert closing_line(after) == (
+    assert closing_line(typed(after)) == (
         "recover: re-audit: 1 repairable finding left; left as is (recover does not change them): "
         "abort-marker, crc-mismatch ×2; exit code 1",
         1,
@@ -196,19 +203,28 @@ def test_closing_line_and_exit_code_agree() -> None:
 
 def test_settings_from_an_unnamed_file_leave_a_placeholder_not_the_defaults() -> None:
     report = report_of(finding("checkpoint-unreadable", "checkpoint", "missing").to_dict())
-    report["run"]["broker_config"] = {"path": None, "defaults": False, "checkCRCOnRecover": True}
+    report["run"]["broker_config"] = {
+        "path": None,
+        "defaults": False,
+        "checkCRCOnRecover": True,
+        "mappedFileSizeCommitLog": 1 << 30,
+    }
     assert (
-        verdict(report)["recover"]["commands"][0]
+        verdict(typed(report))["recover"]["commands"][0]
         == "rmqstore recover --store '/data/store a' --broker-config BROKER_CONF"
     )
     report["run"]["broker_config"]["defaults"] = True
-    assert verdict(report)["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
-    assert [s["file"] for s in verdict(report)["recover"]["steps"]] == ["checkpoint"]
+    assert verdict(typed(report))["recover"]["commands"][0] == "rmqstore recover --store '/data/store a'"
+    assert [s["file"] for s in verdict(typed(report))["recover"]["steps"]] == ["checkpoint"]
 
 
 def test_a_restart_that_depends_on_an_unknown_release_is_said_so() -> None:
     report = report_of()
-    report["run"]["restart"] = {"rules": "5.0", "start_offset": 0, "dispatch_from": 0, "truncate_at": 0}
-    report["run"]["restart_by_release"] = {"5.2.0": {"start_offset": 65_536}, "5.3.2": {"start_offset": 262_144}}
-    headline = verdict(report)["headline"]
+    start = {"crash": True, "rules": "5.0", "start": 0, "lost": 0, "stop": None, "dispatch_from": 0, "truncate_at": 0}
+    report["run"]["restart"] = dict(start, start_offset=0)
+    report["run"]["restart_by_release"] = {
+        "5.2.0": dict(start, start_offset=65_536),
+        "5.3.2": dict(start, start_offset=262_144),
+    }
+    headline = verdict(typed(report))["headline"]
     assert "depends on the release (5.2.0: offset 65,536; 5.3.2: offset 262,144): give --broker-version" in headline

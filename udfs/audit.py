@@ -7,7 +7,6 @@ Each function takes paths relative to a store root (``consumequeue/<topic>/<queu
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,8 @@ import pyarrow.fs as pafs
 from storelib.audit import (
     EntryScope,
     IndexPart,
+    QueueAudit,
+    RangeComparison,
     check_index_header,
     classify_queue,
     compare_index_files,
@@ -50,28 +51,29 @@ def _map(store: str, rel: str) -> bytes | memoryview:
     return map_file(fs, join(root, rel))
 
 
-def audit_queue(row: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> str:
-    """One queue: read its live and rebuilt files, classify; JSON of QueueAudit (findings as dicts)."""
-    topic, queue_id = row["topic"], row["queue_id"]
+@dataclasses.dataclass(frozen=True)
+class QueueTask:
+    """One queue to audit: its live and rebuilt file names."""
+
+    topic: str
+    queue_id: int
+    live_files: tuple[str, ...]
+    rebuilt_files: tuple[str, ...]
+
+
+def audit_queue(task: QueueTask, store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> QueueAudit:
+    """One queue: its live and rebuilt files read and classified; without a row when a live file cannot be read."""
+    topic, queue_id = task.topic, task.queue_id
     rel_dir = queue_dir(topic, queue_id)
     live: dict[str, bytes] = {}
-    for name in row["live_files"] or []:
+    for name in task.live_files:
         try:
             live[name] = _read(store, f"{rel_dir}/{name}")
         except OSError as exc:
-            f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id).to_dict()
-            return json.dumps({"findings": [f], "row": None, "write": [], "delete": [], "unreadable": True})
-    rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in row["rebuilt_files"] or []}
-    qa = classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
-    return json.dumps(
-        {
-            "findings": [f.to_dict() for f in qa.findings],
-            "row": qa.row,
-            "write": qa.write,
-            "delete": qa.delete,
-            "unreadable": False,
-        }
-    )
+            f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id)
+            return QueueAudit(topic, queue_id, [f], None, [], [])
+    rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in task.rebuilt_files}
+    return classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
 
 
 def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int | None]:
@@ -147,23 +149,33 @@ def audit_index_file(
     return dataclasses.replace(at, findings=tuple(findings))
 
 
-def audit_index_range(
-    task: dict[str, Any], store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
-) -> dict[str, Any]:
-    """One commitlog range (``task``: its number, the live and rebuilt files with entries there): the live
-    entries against the rebuilt ones and the broker's lookup (storelib.audit.compare_index_range)."""
+@dataclasses.dataclass(frozen=True)
+class IndexRangeTask:
+    """One commitlog range (its number in the audit's EntryScope) and the live and rebuilt IndexFiles with entries
+    there."""
 
-    def parts(root: str, names: list[str], reach: bool) -> list[IndexPart]:
+    range: int
+    live: tuple[str, ...]
+    rebuilt: tuple[str, ...]
+
+
+def audit_index_range(
+    task: IndexRangeTask, store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
+) -> RangeComparison:
+    """One commitlog range: the live entries against the rebuilt ones and the broker's lookup
+    (storelib.audit.compare_index_range)."""
+
+    def parts(root: str, names: tuple[str, ...], reach: bool) -> list[IndexPart]:
         out = []
         for name in names:
             try:
                 reader = IndexFileReader(_map(root, index_file(name)), cfg, name)
             except (OSError, StoreFormatError):
                 continue  # reported by audit_index_file
-            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task["range"]), reach))
+            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task.range), reach))
         return out
 
-    return compare_index_range(parts(store, task["live"], True), parts(rebuilt, task["rebuilt"], False), threshold)
+    return compare_index_range(parts(store, task.live, True), parts(rebuilt, task.rebuilt, False), threshold)
 
 
 @dataclasses.dataclass(frozen=True)

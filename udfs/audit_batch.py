@@ -3,9 +3,7 @@ live and rebuilt files are read here, through udfs.fs, never on the driver."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from storelib.audit import classify_batch_queue
+from storelib.audit import QueueAudit, classify_batch_queue
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
 from udfs.fs import join, read_file, resolve
@@ -18,14 +16,13 @@ def audit_batch_queue(
     rebuilt: str,
     cfg: BrokerConfig,
     cl: tuple[int, int],
-) -> dict[str, Any]:
-    """One BatchConsumeQueue's live and rebuilt files (``names``) read and classified: QueueAudit's findings (as
-    dicts), row, write and delete. ``cl``: the commitlog's min offset and the end of its last valid record."""
+) -> QueueAudit:
+    """One BatchConsumeQueue's live and rebuilt files (``names``) read and classified. ``cl``: the commitlog's min
+    offset and the end of its last valid record."""
     rel = BATCH_CONSUME_QUEUE.queue_dir(*key)
 
     def read(uri: str, files: list[str]) -> dict[str, bytes]:
         fs, root = resolve(uri)
         return {n: read_file(fs, join(root, rel, n)) for n in files}
 
-    qa = classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)
-    return {"findings": [f.to_dict() for f in qa.findings], "row": qa.row, "write": qa.write, "delete": qa.delete}
+    return classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)

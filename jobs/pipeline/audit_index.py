@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import collections
+import functools
+import operator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
 from jobs.pipeline.progress import Progress
-from storelib.audit import EntryScope, index_range_bounds, index_repairs, range_of, sample_threshold
+from storelib.audit import (
+    BadEntries,
+    EntryScope,
+    RangeComparison,
+    index_range_bounds,
+    index_repairs,
+    range_of,
+    sample_threshold,
+)
 from storelib.checkpoint import Checkpoint
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.layout import index_file
 from storelib.restart import index_deleted
-from udfs.audit import IndexPosition, audit_index_file, audit_index_range
+from udfs.audit import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
     from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_log import LogStart
 
 
-def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
-    """Index findings and repairs into ``a``; the per-position rows of the report and the lookup counts.
+def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str, int], Found]:
+    """The per-position rows of the report, the lookup counts, and the IndexFiles' findings and repairs, given what
+    the broker's next start does (``log``).
 
     Everything is judged from IndexFile entries (keyHash, commitlog offset): the broker's lookup matches keys
     by keyHash alone, so the rebuilt files' entries are every key of every indexed message, and no second
@@ -30,8 +44,8 @@ def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
     Entries pointing below the audited range are not checked. Since the base run: only the positions whose
     rebuilt file ends at or after the scope's start.
     """
-    names, found = list_index(a.store)
-    a.findings += found
+    names, listing = list_index(a.store)
+    index = Found(tuple(listing))
     built, _ = list_index(a.rebuilt)
     keys_info = {"keys_total": 0, "keys_checked": 0, "entries_checked": 0}
     pairs = [
@@ -41,10 +55,11 @@ def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
     if a.scope.base:
         ends = {f.name: f.end_phy_offset for f in a.rebuild_report.index_files}
         covering = [p for p in pairs if p[2] is None or ends.get(p[2], a.scope.start) >= a.scope.start]
-        a.scope.skip(len(pairs) - len(covering), f"index files with no entry at or after offset {a.scope.start}")
+        what = f"index files with no entry at or after offset {a.scope.start}"
+        index += Found(skipped=a.scope.skipping(len(pairs) - len(covering), what))
         pairs = covering
     if not a.cfg.messageIndexEnable or not pairs:
-        return [], keys_info
+        return [], keys_info, index
     entries = _entry_scope(a, [p[2] for p in pairs if p[2]])
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     with Progress(a.run, len(pairs), 0, "index files (headers, bytes)"):
@@ -54,12 +69,13 @@ def audit_index(a: Audit) -> tuple[list[IndexPosition], dict[str, int]]:
             .collect()
         )
     for r in rows:
-        a.findings += r.findings
-        a.findings += _deleted_on_recovery(a, r)
-    keys_info.update(_compare_entries(a, rows, entries))
+        index += Found(tuple(r.findings) + tuple(_deleted_on_recovery(log, r)))
+    compared, keys = _compare_entries(a, rows, entries)
+    index += Found(tuple(compared))
     first = min(pairs[0][0], len(names))
-    a.repairs += index_repairs([(r.live, r.rebuilt) for r in rows], a.findings, names[first - 1] if first else None)
-    return rows, keys_info
+    positions = [(r.live, r.rebuilt) for r in rows]
+    repairs = index_repairs(positions, list(index.findings), names[first - 1] if first else None)
+    return rows, keys_info | keys, index + Found(repairs=tuple(repairs))
 
 
 def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
@@ -72,10 +88,11 @@ def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
     return EntryScope(from_offset, index_range_bounds(starts))
 
 
-def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> dict[str, int]:
+def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> tuple[list[Finding], dict[str, int]]:
     """Every live entry in scope is a rebuilt entry (its keyHash is a key of the record it points at), and every
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
-    ``index_sample``: one task per commitlog range reading only the files with entries there."""
+    ``index_sample``: one task per commitlog range reading only the files with entries there. The findings and the
+    lookup counts."""
     tasks = _range_tasks(a, rows, entries)
     threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
@@ -85,37 +102,38 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
             .map(lambda t: audit_index_range(t, store, rebuilt, cfg, entries, threshold))
             .collect()
         )
-    _bad_entries(a, results)
-    return _keys_not_found(a, results)
+    missing, keys = _keys_not_found(a, results)
+    return _bad_entries(a, results) + missing, keys
 
 
-def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[dict[str, Any]]:
+def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[IndexRangeTask]:
     """Per commitlog range with entries: the live files (readable) and rebuilt files holding some. A rebuilt
     file's entries are in commitlog order, so its header's begin and end offsets give its ranges."""
     files = {f.name: f for f in a.rebuild_report.index_files}
-    tasks: dict[int, dict[str, Any]] = {}
+    live: dict[int, list[str]] = collections.defaultdict(list)
+    built: dict[int, list[str]] = collections.defaultdict(list)
     for r in rows:
         for k in r.ranges if r.live and r.header else []:
-            tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["live"].append(r.live)
+            live[k].append(r.live)
         f = files.get(r.rebuilt) if r.rebuilt else None
         if f and f.index_count > 1:
             first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()
             for k in range(first, last + 1):
-                tasks.setdefault(k, {"range": k, "live": [], "rebuilt": []})["rebuilt"].append(r.rebuilt)
-    return [tasks[k] for k in sorted(tasks)]
+                built[k].append(f.name)
+    return [IndexRangeTask(k, tuple(live[k]), tuple(built[k])) for k in sorted(set(live) | set(built))]
 
 
-def _deleted_on_recovery(a: Audit, row: IndexPosition) -> list[Finding]:
+def _deleted_on_recovery(log: LogStart, row: IndexPosition) -> list[Finding]:
     """Crash recovery deletes IndexFiles whose endTimestamp is after the checkpoint's indexMsgTimestamp."""
     header = row.header
-    if not (header and index_deleted(a.abort, header.end_timestamp, a.checkpoint)):
+    if not (header and index_deleted(log.abort, header.end_timestamp, log.checkpoint)):
         return []
-    cp = a.checkpoint or Checkpoint()  # the broker reads a missing checkpoint as zeros
-    fate = "never rebuilds its keys"
-    if a.restart and a.restart.dispatch_from <= header.begin_phy_offset:
-        fate = f"indexes its records again (it re-dispatches from commitlog offset {a.restart.dispatch_from:,})"
-    elif a.restart:
-        fate = f"never indexes again its records before commitlog offset {a.restart.dispatch_from:,}"
+    cp = log.checkpoint or Checkpoint()  # the broker reads a missing checkpoint as zeros
+    fate, restart = "never rebuilds its keys", log.restart
+    if restart and restart.dispatch_from <= header.begin_phy_offset:
+        fate = f"indexes its records again (it re-dispatches from commitlog offset {restart.dispatch_from:,})"
+    elif restart:
+        fate = f"never indexes again its records before commitlog offset {restart.dispatch_from:,}"
     return [
         finding(
             "index-deleted-on-recovery",
@@ -128,52 +146,51 @@ def _deleted_on_recovery(a: Audit, row: IndexPosition) -> list[Finding]:
     ]
 
 
-def _bad_entries(a: Audit, results: list[dict[str, Any]]) -> None:
+def _bad_entries(a: Audit, results: list[RangeComparison]) -> list[Finding]:
     """index-bad-entries per live file: the ranges' counts added, the lowest entry first."""
-    bad: dict[str, list[int]] = {}
+    bad: dict[str, BadEntries] = {}
     for r in results:
-        for name, (n, *first) in r["bad"].items():
-            was = bad.get(name, [0, *first])
-            bad[name] = [was[0] + n, *min(was[1:], first)]
-    for name, (n, entry, key_hash, phy) in sorted(bad.items()):
-        a.findings.append(
-            finding(
-                "index-bad-entries",
-                index_file(name),
-                f"{n} entries point at no record with a key of their keyHash, the first is entry {entry}",
-                commitlog_offset=phy,
-                file_offset=INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + entry * INDEX_ENTRY_SIZE,
-                count=n,
-                expected=f"a record at commitlog offset {phy} with a key of keyHash {key_hash}",
-                actual=f"keyHash {key_hash} -> no such record",
-            )
+        for name, b in r.bad.items():
+            bad[name] = bad[name] + b if name in bad else b
+    entry_at = INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
+    return [
+        finding(
+            "index-bad-entries",
+            index_file(name),
+            f"{b.count} entries point at no record with a key of their keyHash, the first is entry {b.entry}",
+            commitlog_offset=b.phy_offset,
+            file_offset=entry_at + b.entry * INDEX_ENTRY_SIZE,
+            count=b.count,
+            expected=f"a record at commitlog offset {b.phy_offset} with a key of keyHash {b.key_hash}",
+            actual=f"keyHash {b.key_hash} -> no such record",
         )
+        for name, b in sorted(bad.items())
+    ]
 
 
-def _keys_not_found(a: Audit, results: list[dict[str, Any]]) -> dict[str, int]:
+def _keys_not_found(a: Audit, results: list[RangeComparison]) -> tuple[list[Finding], dict[str, int]]:
     """index-keys-not-found: the distinct rebuilt pairs the broker's lookup over the live files misses, all of
     them up to ``index_sample`` pairs, else the sampled ones; the entries, pairs and checked pairs counted."""
-    total = sum(r["keys_total"] for r in results)
+    total = sum(r.keys_total for r in results)
     sampled = total > a.index_sample
     info = {
         "keys_total": total,
-        "keys_checked": sum(r["keys_sampled"] for r in results) if sampled else total,
-        "entries_checked": sum(r["entries_checked"] for r in results),
+        "keys_checked": sum(r.keys_sampled for r in results) if sampled else total,
+        "entries_checked": sum(r.entries_checked for r in results),
     }
-    missing = [m for r in results if (m := r["missing_sampled" if sampled else "missing"])]
-    if missing:
-        count = sum(m[0] for m in missing)
-        _, phy, key_hash = min(missing, key=lambda m: (m[1], m[2]))
-        a.findings.append(
-            finding(
-                "index-keys-not-found",
-                "index",
-                f"{count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
-                f"({info['keys_checked']} of {total} checked)",
-                commitlog_offset=phy,
-                count=count,
-                expected=f"keyHash {key_hash} finds commitlog offset {phy}",
-                actual="not found",
-            )
-        )
-    return info
+    missing = [m for r in results if (m := r.missing_sampled if sampled else r.missing)]
+    if not missing:
+        return [], info
+    m = functools.reduce(operator.add, missing)
+    count, phy, key_hash = m.count, m.phy_offset, m.key_hash
+    not_found = finding(
+        "index-keys-not-found",
+        "index",
+        f"{count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
+        f"({info['keys_checked']} of {total} checked)",
+        commitlog_offset=phy,
+        count=count,
+        expected=f"keyHash {key_hash} finds commitlog offset {phy}",
+        actual="not found",
+    )
+    return [not_found], info

@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 from pyspark.sql import types as T
 
+from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_queues
-from storelib.audit import QueueAudit, queue_repairs
+from storelib.audit import queue_repairs
 from storelib.batchcq import BATCH_CONSUME_QUEUE
 from storelib.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
@@ -24,8 +26,10 @@ from storelib.consumequeue import CONSUME_QUEUE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.layout import CONSUMEQUEUE, queue_dir
+from storelib.plan import Step
+from storelib.report import QueueRow
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
-from udfs.audit import audit_queue
+from udfs.audit import QueueTask, audit_queue
 from udfs.audit_batch import audit_batch_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
@@ -42,8 +46,8 @@ _TASK_SCHEMA = T.StructType(
 )
 
 
-def audit_queues(a: Audit) -> list[dict[str, Any]]:
-    """Queue findings and repairs into ``a``; the per-queue rows of the report.
+def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
+    """The per-queue rows of the report, and the queues' findings and repairs.
 
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
     the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
@@ -54,21 +58,21 @@ def audit_queues(a: Audit) -> list[dict[str, Any]]:
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
     if dirs and not a.cfg.rocksdb_consume_queue:
-        a.findings.append(rolled_back(dirs[0], a.cfg))
-        return _audit_queues(a, a.store, None)
+        rows, found = _audit_queues(a, a.store, None)
+        return rows, Found((rolled_back(dirs[0], a.cfg),)) + found
     if not dirs:
         return _audit_queues(a, a.store, None)
     with a.run.work_dir(a.rebuilt) as work:
-        return _audit_queues(a, _rocksdb_as_files(a, work, dirs[0]), dirs[0])
+        live_root, bad = _rocksdb_as_files(a, work, dirs[0])
+        rows, found = _audit_queues(a, live_root, dirs[0])
+        return rows, Found(tuple(bad)) + found
 
 
-def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dict[str, Any]]:
+def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[list[QueueRow], Found]:
     """The queues of ``live_root`` (the store, or the RocksDB ConsumeQueue in ``rocksdb_dir`` laid out as files)."""
-    live, a_findings = list_queues(live_root)
-    if rocksdb_dir is None:
-        a.findings += [f for f in a_findings if not _rocksdb_file(f)]
-    else:
-        a.findings += _stale_file_queues(a.store)
+    live, listing = list_queues(live_root)
+    kept = [f for f in listing if not _rocksdb_file(f)] if rocksdb_dir is None else _stale_file_queues(a.store)
+    found = Found(tuple(kept))
     built, _ = list_queues(a.rebuilt)
     keys = sorted(set(live) | set(built))
     if a.scope.base:
@@ -77,38 +81,46 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> list[dic
             for q in a.rebuild_report.consume_queues
             if q.last_commitlog_offset is None or q.last_commitlog_offset >= a.scope.start
         }
-        a.scope.skip(len(keys) - len(touched & set(keys)), "queues without messages in the audited segments")
+        unchanged = len(keys) - len(touched & set(keys))
+        found += Found(skipped=a.scope.skipping(unchanged, "queues without messages in the audited segments"))
         keys = [k for k in keys if k in touched]
-    out = _audit_batch_queues(a)
+    out, found_batch = _audit_batch_queues(a)
+    found += found_batch
     if not keys:
-        return out
+        return out, found
     rows = [(t, q, sorted(live.get((t, q), {})), sorted(built.get((t, q), {}))) for t, q in keys]
     tasks = a.run.spark.createDataFrame(rows, _TASK_SCHEMA)
     store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
     results = (
         tasks.repartition(min(len(keys), 200))
-        .rdd.map(lambda row: audit_queue(row.asDict(True), store, rebuilt, cfg, cl_min, cl_max))
+        .rdd.map(lambda row: audit_queue(_task(row), store, rebuilt, cfg, cl_min, cl_max))
         .collect()
     )
-    for r in map(json.loads, results):
-        findings = [Finding.from_dict(f) for f in r["findings"]]
-        a.findings += findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in findings]
-        if r["row"]:
-            out.append(r["row"])
-            qa = QueueAudit(r["row"]["topic"], r["row"]["queue_id"], [], r["row"], r["write"], r["delete"])
-            a.repairs += queue_repairs(qa, live.get((qa.topic, qa.queue_id), {})) if rocksdb_dir is None else []
-    return sorted(out, key=lambda q: (q["topic"], q["queue_id"]))
+    for qa in results:
+        found += Found(
+            tuple(qa.findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in qa.findings])
+        )
+        if qa.row:
+            out.append(qa.row)
+            if rocksdb_dir is None:
+                found += Found(repairs=tuple(queue_repairs(qa, live.get((qa.topic, qa.queue_id), {}))))
+    return sorted(out, key=lambda q: (q.topic, q.queue_id)), found
 
 
-def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
-    """Every BatchConsumeQueue, live or rebuilt, one task each: findings and repairs into ``a``; their rows."""
+def _task(row: Any) -> QueueTask:
+    """A _TASK_SCHEMA row as the queue task takes it."""
+    return QueueTask(row.topic, row.queue_id, tuple(row.live_files or ()), tuple(row.rebuilt_files or ()))
+
+
+def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
+    """Every BatchConsumeQueue, live or rebuilt, one task each: their rows, findings and repairs."""
     live, listing = list_queues(a.store, BATCH_CONSUME_QUEUE)
     built, _ = list_queues(a.rebuilt, BATCH_CONSUME_QUEUE)
-    a.findings += listing
+    found = Found(tuple(listing))
     keys = sorted(set(live) | set(built))
     if not keys:
-        return []
+        return [], found
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     cl = (a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset)
     tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
@@ -118,17 +130,16 @@ def _audit_batch_queues(a: Audit) -> list[dict[str, Any]]:
         .collect()
     )
     out = []
-    for (key, (live_names, _)), r in zip(tasks, results):
-        a.findings += [Finding.from_dict(f) for f in r["findings"]]
-        qa = QueueAudit(*key, [], r["row"], r["write"], r["delete"], BATCH_CONSUME_QUEUE.queue_dir(*key))
-        a.repairs += queue_repairs(qa, live_names)
-        out.append(r["row"])
-    return out
+    for (_, (live_names, _)), qa in zip(tasks, results):
+        found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))
+        out.append(qa.row)
+    return out, found
 
 
-def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
+def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> tuple[str, list[Finding]]:
     """One task copies the store's RocksDB ConsumeQueue (in ``rocksdb_dir``), opens the copy read-only and writes
-    every queue's units as ConsumeQueue files under ``work``; the root of those files."""
+    every queue's units as ConsumeQueue files under ``work``; the root of those files, and the queues it could not
+    lay out (hostile names)."""
     store, out, file_size = a.store, f"{work}/rocksdb", a.cfg.cq_file_size
 
     def materialize(_: Any) -> list[str]:
@@ -146,8 +157,7 @@ def _rocksdb_as_files(a: Audit, work: str, rocksdb_dir: str) -> str:
         return [json.dumps(bad)]
 
     bad = a.run.spark.sparkContext.parallelize([0], 1).flatMap(materialize).collect()
-    a.findings += [Finding.from_dict(f) for f in json.loads(bad[0])]
-    return out
+    return out, [Finding.from_dict(f) for f in json.loads(bad[0])]
 
 
 def rolled_back(rocksdb_dir: str, cfg: BrokerConfig) -> Finding:
@@ -190,13 +200,13 @@ def _in_rocksdb(f: Finding, rocksdb_dir: str) -> Finding:
     return dataclasses.replace(f, file=rocksdb_dir, file_offset=None, message=f"RocksDB ConsumeQueue: {f.message}")
 
 
-def stopping_queues(rebuilt: str, repairs: list[dict[str, Any]]) -> dict[str, int]:
+def stopping_queues(rebuilt: str, repairs: Sequence[Step]) -> dict[str, int]:
     """The repaired ConsumeQueues (queue directory -> queue offset) whose rebuilt files hold a unit the broker stops at.
 
     ``ConsumeQueue.recover`` reads a queue while ``offset >= 0 and size > 0``: a rebuilt queue with an invalid
     unit before a sound entry (a queue offset the commitlog has no record for) would hide every entry after it.
     """
-    queues = sorted({posixpath.dirname(r["file"]) for r in repairs if r["file"].startswith(f"{CONSUMEQUEUE}/")})
+    queues = sorted({posixpath.dirname(r.file) for r in repairs if r.file.startswith(f"{CONSUMEQUEUE}/")})
     return {q: at for q in queues if (at := rebuilt_queue_stop(rebuilt, q)) is not None}
 
 

@@ -1,4 +1,5 @@
-"""The small context every pipeline stage takes: the Spark session, the broker's settings, where to work."""
+"""The small context every pipeline stage takes (the Spark session, the broker's settings, where to work), and what
+an audit stage hands back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from storelib.config import BrokerConfig
+from storelib.findings import Finding
+from storelib.plan import Step
 from storelib.versions import BrokerRules
 from udfs.fs import resolve
 
@@ -43,6 +46,19 @@ class Run:
         finally:
             if fs.get_file_info(path).type == pafs.FileType.Directory:
                 fs.delete_dir(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What stages of the audit found: findings, what ``rmqstore recover`` would change for them (file by file),
+    and what a ``--since-last`` run left out (report.json's ``run.scope.skipped``)."""
+
+    findings: tuple[Finding, ...] = ()
+    repairs: tuple[Step, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    def __add__(self, other: Found) -> Found:
+        return Found(self.findings + other.findings, self.repairs + other.repairs, self.skipped + other.skipped)
 
 
 def numbered_tasks(run: Run, n: int) -> Any:

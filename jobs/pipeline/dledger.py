@@ -3,11 +3,12 @@ compares the live index/ with it and the node's checkpoint with the entries (for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from jobs.pipeline.context import Run, numbered_tasks, spark_schema
+from jobs.pipeline.context import Found, Run, numbered_tasks, spark_schema
 from storelib.audit import repair
 from storelib.constants import DLEDGER_INDEX_UNIT_SIZE
 from storelib.dledger import checkpoint_findings, index_plans, parse_checkpoint
@@ -41,19 +42,19 @@ def write_index(
     return sorted((DLedgerIndexRecord(r.file, r.units) for r in rows), key=lambda r: r.file)
 
 
-def audit_dledger(a: Audit) -> None:
-    """Findings and repairs into ``a``: each live index file against the rebuilt one, each node's checkpoint
-    against its last entry."""
+def audit_dledger(a: Audit) -> Found:
+    """Each live index file against the rebuilt one, each node's checkpoint against its last entry: the findings,
+    and the index files recover writes."""
     files = [f.file for f in a.rebuild_report.dledger_index_files]
+    found = Found()
     if files:
         compare = index_auditor(a.store, a.rebuilt, files)
         rows = numbered_tasks(a.run, len(files)).mapInArrow(compare, spark_schema(DLEDGER_INDEX_SCHEMA)).collect()
         for r in sorted(rows, key=lambda r: r.file):
             if r.bad:
-                a.findings.append(index_finding(r))
                 action = "create" if r.live_size < 0 else "replace"
-                a.repairs.append(repair(action, r.file, r.file, "dledger-index-wrong"))
-    a.findings += checkpoint_audit(a.store, a.segments, a.summaries)
+                found += Found((index_finding(r),), (repair(action, r.file, r.file, "dledger-index-wrong"),))
+    return found + Found(tuple(checkpoint_audit(a.store, list(a.segments), a.summaries)))
 
 
 def index_finding(r: Any) -> Finding:
@@ -68,7 +69,7 @@ def index_finding(r: Any) -> Finding:
     return finding("dledger-index-wrong", r.file, message, **where)
 
 
-def checkpoint_audit(store: str, segments: list[Segment], summaries: dict[str, SegmentSummary]) -> list[Finding]:
+def checkpoint_audit(store: str, segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
     """Each DLedger node's checkpoint against the last entry of its data."""
     fs, root = resolve(store)
     last: dict[str, int] = {}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import posixpath
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
@@ -153,24 +154,31 @@ def list_index(store: str) -> tuple[list[str], list[Finding]]:
     return names, findings
 
 
-def store_state(store: str) -> dict[str, Any]:
-    """What changes while a broker writes: log segment sizes and modification times, and the lock."""
+@dataclasses.dataclass(frozen=True)
+class StoreState:
+    """What changes while a broker writes, and when it was seen: log segment sizes and modification times (by
+    store-relative path), and whether the lock is held."""
+
+    commitlog: Mapping[str, tuple[int, int]]
+    locked: bool
+    at: dt.datetime
+
+
+def store_state(store: str) -> StoreState:
+    """The store's StoreState now."""
     fs, root = resolve(store)
     dirs = segment_files(store)[0]
     files = {f"{d}/{i.base_name}": (i.size, i.mtime_ns) for d in dirs for i in list_files(fs, join(root, d))}
-    return {"commitlog": files, "locked": lock_held(store), "at": dt.datetime.now(dt.UTC)}
+    return StoreState(files, lock_held(store), dt.datetime.now(dt.UTC))
 
 
-def in_use_finding(before: dict[str, Any], after: dict[str, Any]) -> Finding | None:
+def in_use_finding(before: StoreState, after: StoreState) -> Finding | None:
     """store-in-use when the commitlog changed during the audit or a broker holds the lock."""
-    changed = sorted(
-        n
-        for n in set(before["commitlog"]) | set(after["commitlog"])
-        if before["commitlog"].get(n) != after["commitlog"].get(n)
-    )
-    if not changed and not after["locked"]:
+    paths = set(before.commitlog) | set(after.commitlog)
+    changed = sorted(n for n in paths if before.commitlog.get(n) != after.commitlog.get(n))
+    if not changed and not after.locked:
         return None
-    why = "the lock file is held by a running broker" if after["locked"] else ""
+    why = "the lock file is held by a running broker" if after.locked else ""
     if changed:
         why += ("; " if why else "") + f"commitlog files changed during the audit: {', '.join(changed[:5])}"
-    return finding("store-in-use", "lock" if after["locked"] else COMMITLOG, why, count=len(changed))
+    return finding("store-in-use", "lock" if after.locked else COMMITLOG, why, count=len(changed))

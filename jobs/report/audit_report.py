@@ -1,4 +1,5 @@
-"""The audit's outputs: report.json, a self-contained report.html (inline CSS and SVG), a console summary.
+"""The audit's files: report.json and a self-contained report.html (inline CSS and SVG; its charts are
+jobs.report.charts, the console summary jobs.report.console).
 
 Both start with the verdict (storelib.verdict): what the broker does with the store if started now, one line per
 damaged area, and the exact recover command. The page is jobs/report/templates/report.html, rendered with autoescaping:
@@ -8,92 +9,28 @@ every value taken from the store is escaped.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-from collections.abc import Callable
-from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined
 from markupsafe import Markup, escape
 
-from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
-from storelib.findings import KINDS, SEVERITIES
-from storelib.layout import COMMITLOG
+from jobs.report.charts import CHART_WIDTH, COLORS, LOST, commitlog_chart, queue_chart
+from jobs.report.console import scope_lines
+from storelib.findings import KINDS
+from storelib.report import AuditReport, SettingsRecord
 from storelib.verdict import human_bytes, plural, report_verdict
 from udfs.fs import join, resolve, write_file
 
-COLORS = {"error": "#c62828", "warning": "#e65100", "info": "#1565c0", "ok": "#2e7d32"}
-LOST = "#ef9a9a"  # the commitlog range a start would truncate, the queue range ConsumeQueue.recover drops
-CHART_WIDTH = 960
 BROKER_CLASS = {"start": "ok", "truncate": "error", "refuse": "error", "unknown": "warning"}
 _TIMESTAMP = re.compile(r"\b1\d{12}\b")  # epoch milliseconds (2001-2286)
 
 
-def write_reports(report_dir: str, report: dict[str, Any]) -> None:
+def write_reports(report_dir: str, report: AuditReport) -> None:
     """DIR/report.json and DIR/report.html (local, HDFS or S3)."""
     fs, root = resolve(report_dir)
-    write_file(fs, join(root, "report.json"), (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+    write_file(fs, join(root, "report.json"), report.to_json().encode())
     write_file(fs, join(root, "report.html"), render_html(report).encode())
-
-
-def scope_lines(report: dict[str, Any]) -> list[str]:
-    """What the run did not audit (``--since-last``), and where its history went (``--history``)."""
-    run = report["run"]
-    scope = run.get("scope") or {}
-    lines = [f"note: {scope['note']}"] if scope.get("note") else []
-    lines += [f"skipped {what}" for what in scope.get("skipped", [])]
-    history = run.get("history")
-    if history:
-        lines.append(
-            f"history: run {history['run_id']} in {history['table']}, "
-            + (f"version {history['version']}" if "version" in history else f"not written: {history['error']}")
-        )
-    return lines
-
-
-# --- console ----------------------------------------------------------------------------------
-
-
-def verdict_lines(report: dict[str, Any]) -> list[str]:
-    """The verdict for a terminal: the broker's outcome, one line per damaged area, the next command."""
-    v = report_verdict(report)
-    lines = [f"VERDICT: {v['headline']}"]
-    lines += [f"  {p['area']}: {p['text']}" for p in v["problems"]]
-    advice = v["recover"]
-    if advice["possible"]:
-        dry, apply_ = advice["commands"]
-        lines.append("NEXT (stop the broker first):")
-        lines.append(f"  {dry}")
-        lines.append(f"      dry run: prints the plan ({plural(len(advice['steps']), 'step')}), changes nothing")
-        lines.append(f"  {apply_}")
-        lines.append(f"      backs up every file it changes to {advice['backup']}, repairs, audits again")
-    else:
-        lines.append(f"NEXT: {advice['why_not']}")
-    return lines
-
-
-def console_summary(report: dict[str, Any], report_dir: str | None) -> str:
-    """The verdict first, then the worst findings, what was skipped, and one summary line."""
-    s = report["summary"]
-    lines = verdict_lines(report) + [f"  {line}" for line in scope_lines(report)]
-    shown = [f for f in report["findings"] if f["severity"] != "info"]
-    for f in shown[:15]:
-        lines.append(f"  {f['severity'].upper():7} {f['kind']}: {f['file']}: {f['message']}")
-    if len(shown) > 15:
-        lines.append(f"  ... {len(shown) - 15} more in the report")
-    outcome = {EXIT_OK: "clean", EXIT_FINDINGS: "DIVERGENT", EXIT_CANNOT: "COULD NOT AUDIT"}[s["exit_code"]]
-    queues = s.get("queues", {})
-    lines.append(
-        f"audit: {outcome}: {plural(s['error'], 'error')}, {plural(s['warning'], 'warning')}, "
-        f"{plural(s['info'], 'info')}; {plural(queues.get('audited', 0), 'queue')} ({queues.get('ok', 0)} ok), "
-        f"{plural(s.get('index', {}).get('live_files', 0), 'index file')}, "
-        f"{report['run']['seconds']:.1f} s" + (f" -> {report_dir}/report.html" if report_dir else "")
-    )
-    return "\n".join(lines)
-
-
-# --- report.html (jobs/report/templates/report.html) ---------------------------------------------------------
 
 
 def _time(ms: int) -> str:
@@ -132,26 +69,26 @@ def _environment() -> jinja2.Environment:
 _TEMPLATE = _environment().get_template("report.html")
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: AuditReport) -> str:
     """The whole report as one HTML page: verdict and next command first, then the plan, charts, tables, legend."""
-    v, run = report_verdict(report), report["run"]
-    config = run.get("broker_config") or {}
+    v, run = report_verdict(report), report.run
+    config = run.broker_config
     return (
         _TEMPLATE.render(
             colors=COLORS,
             lost=LOST,
             width=CHART_WIDTH,
             run=run,
-            summary=report["summary"],
+            summary=report.summary,
             v=v,
             broker_class=BROKER_CLASS[v["broker"]],
             advice=v["recover"],
             log=commitlog_chart(report),
             queue_bars=queue_chart(report),
-            findings=report["findings"],
+            findings=report.findings,
             queues=_queue_tables(report),
             legend=[(k, KINDS[k]) for k in _kinds_shown(report) if k in KINDS],
-            config=config,
+            config_path=config.path if config else None,
             settings=_settings(config),
             scope=scope_lines(report),
         )
@@ -159,171 +96,20 @@ def render_html(report: dict[str, Any]) -> str:
     )
 
 
-def _queue_tables(report: dict[str, Any]) -> dict[str, Any]:
+def _queue_tables(report: AuditReport) -> dict[str, object]:
     """Queues with findings first; the ``ok`` ones folded away."""
-    ok = [q for q in report["queues"] if q["status"] == "ok"]
-    bad = [q for q in report["queues"] if q["status"] != "ok"]
-    return {"all": report["queues"], "bad": bad, "ok": ok, "ok_count": plural(len(ok), "queue")}
+    ok = [q for q in report.queues if q.status == "ok"]
+    bad = [q for q in report.queues if q.status != "ok"]
+    return {"all": report.queues, "bad": bad, "ok": ok, "ok_count": plural(len(ok), "queue")}
 
 
-def _kinds_shown(report: dict[str, Any]) -> list[str]:
-    return sorted({f["kind"] for f in report["findings"]} | {k for q in report["queues"] for k in q["kinds"]})
+def _kinds_shown(report: AuditReport) -> list[str]:
+    return sorted({f.kind for f in report.findings} | {k for q in report.queues for k in q.kinds})
 
 
-def _settings(cfg: dict[str, Any]) -> str:
+def _settings(cfg: SettingsRecord | None) -> str:
     """The broker settings that drive the verdict most."""
     if not cfg:
         return "not recorded"
-    size, crc = cfg["mappedFileSizeCommitLog"], str(cfg["checkCRCOnRecover"]).lower()
+    size, crc = cfg.mappedFileSizeCommitLog, str(cfg.checkCRCOnRecover).lower()
     return f"checkCRCOnRecover={crc}, mappedFileSizeCommitLog={size} ({human_bytes(size)})"
-
-
-# --- charts -------------------------------------------------------------------------------------
-
-
-def _ticks(lo: int, hi: int) -> list[int]:
-    """Four to eight round commitlog offsets between ``lo`` and ``hi`` (multiples of a power-of-two size)."""
-    step = 1024
-    while (hi - lo) / step > 8:
-        step *= 2
-    return list(range(lo - lo % step + step if lo % step else lo, hi + 1, step))
-
-
-def commitlog_chart(report: dict[str, Any]) -> dict[str, Any] | None:
-    """The commitlog by offset: segments, the range a start would truncate, each commitlog finding (worst on top);
-    None when no finding is in the commitlog (a bare row of segments says nothing the summary does not)."""
-    segments, marked = report["run"].get("segments", []), _commitlog_findings(report)
-    if not segments or not marked:
-        return None
-    seg_size = (report["run"].get("broker_config") or {}).get("mappedFileSizeCommitLog") or (
-        segments[1]["start"] - segments[0]["start"] if len(segments) > 1 else max(1, segments[0]["end_offset"])
-    )
-    lo, hi = segments[0]["start"], segments[-1]["start"] + seg_size
-
-    def x(offset: int) -> float:
-        return 10 + (CHART_WIDTH - 20) * (min(max(offset, lo), hi) - lo) / max(1, hi - lo)
-
-    boxes = [
-        {
-            "x": x(s["start"]),
-            "width": max(1.0, x(s["start"] + seg_size) - x(s["start"])),
-            "fill": "#c8e6c9" if s["messages"] else "#eeeeee",
-            "title": _segment_title(s),
-        }
-        for s in segments
-    ]
-    cut = _cut(report, x)
-    ticks = [(x(t), human_bytes(t).replace(".0 ", " ") if t else "0") for t in _ticks(lo, hi)]
-    legend = [
-        ("background:#c8e6c9", "segment with records"),
-        ("background:#eeeeee", "zero-filled segment"),
-        *([(f"background:{LOST}", "truncated if the broker starts now")] if cut else []),
-        *[
-            (f"background:{COLORS[s]}", f"{s} finding")
-            for s in SEVERITIES[::-1]
-            if any(f["severity"] == s for f in marked)
-        ],
-    ]
-    marks, labels = _commitlog_marks(report, x)
-    return {
-        "segments": boxes,
-        "cut": cut,
-        "marks": marks,
-        "labels": labels,
-        "ticks": [
-            {"x": at, "label": label, "anchor": "end" if at > CHART_WIDTH - 30 else "middle"} for at, label in ticks
-        ],
-        "segment_size": human_bytes(seg_size),
-        "legend": legend,
-    }
-
-
-def _segment_title(s: dict[str, Any]) -> str:
-    when = dt.datetime.fromtimestamp(s["first_store_timestamp"] / 1000, dt.UTC) if s["messages"] else None
-    return f"segment {s['file']}: {plural(s['messages'], 'message')}" + (
-        f", first stored {when:%Y-%m-%d %H:%M:%S} UTC" if when else ", zero-filled"
-    )
-
-
-def _cut(report: dict[str, Any], x: Callable[[int], float]) -> dict[str, Any] | None:
-    """The range the broker's recovery would truncate, and what it loses."""
-    cut = report_verdict(report)["truncate"]
-    if not cut:
-        return None
-    end = report["summary"]["commitlog"]["max_offset"]
-    lost = f"lost if the broker starts now: {human_bytes(cut['bytes'])}" + (
-        f", {plural(cut['messages'], 'message')}" if cut["messages"] is not None else ""
-    )
-    at = x(cut["commitlog_offset"])
-    return {"x": at, "width": x(end) - at, "middle": (at + x(end)) / 2, "label": lost}
-
-
-def _commitlog_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Findings about a place in the commitlog (queue and index findings name their entries' offsets too)."""
-    return [
-        f for f in report["findings"] if f["commitlog_offset"] is not None and f["file"].startswith(COMMITLOG + "/")
-    ]
-
-
-def _commitlog_marks(report: dict[str, Any], x: Callable[[int], float]) -> tuple[list[dict], list[dict]]:
-    """A mark per commitlog finding, least severe first so the worst is drawn on top; one label per nearby group."""
-    found = sorted(_commitlog_findings(report), key=lambda f: SEVERITIES.index(f["severity"]))
-    marks, groups = [], {}
-    for f in found:
-        marks.append({"x": x(f["commitlog_offset"]), "f": f})
-        groups.setdefault(round(x(f["commitlog_offset"]) / 60), []).append(f)
-    labels = []
-    for row, (_, group) in enumerate(sorted(groups.items())):
-        worst = group[-1]
-        kinds = dict.fromkeys(f["kind"] for f in reversed(group))
-        at = x(worst["commitlog_offset"])
-        labels.append(
-            {
-                "x": at,
-                "y": 96 + 14 * (row % 2),
-                "anchor": "end" if at > CHART_WIDTH * 0.6 else "start",
-                "severity": worst["severity"],
-                "text": ", ".join(kinds) + f" at {min(f['commitlog_offset'] for f in group):,}",
-            }
-        )
-    return marks, labels
-
-
-def _queue_marks(q: dict[str, Any], found: list[dict[str, Any]], end: int) -> list[tuple[int, int, str, str]]:
-    """(from, to, colour, label) per finding of a queue; a zeroed run also marks what ConsumeQueue.recover drops."""
-    marks = []
-    for f in sorted(found, key=lambda f: SEVERITIES.index(f["severity"])):
-        first, n = f["queue_offset"], f["count"] or 1
-        if f["kind"] == "cq-zeroed-entries" and first + n < end:
-            marks.append((first + n, end, LOST, f"{plural(end - first - n, 'sound entry', 'sound entries')} dropped"))
-        what = f"{f['kind']} at queue offset {first:,}" + (f"–{first + n - 1:,}" if n > 1 else "")
-        marks.append((first, first + n, COLORS[f["severity"]], what))
-    return marks
-
-
-def queue_chart(report: dict[str, Any]) -> dict[str, Any] | None:
-    """One bar per divergent queue (its queue offsets), its damaged ranges marked and labelled; None without one."""
-    rows = [q for q in report["queues"] if q["status"] not in ("ok", "info")]
-    if not rows:
-        return None
-    by_queue: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for f in report["findings"]:
-        if f["topic"] is not None and f["queue_offset"] is not None:
-            by_queue.setdefault((f["topic"], f["queue_id"]), []).append(f)
-    label_w, bar_w, pitch = 200, CHART_WIDTH - 280, 46
-    bars = []
-    for i, q in enumerate(rows):
-        end = max(q["rebuilt_end"] or 0, q["live_end"] or 0, 1)
-        marks = _queue_marks(q, by_queue.get((q["topic"], q["queue_id"]), []), end)
-        shown = [
-            {"x": label_w + bar_w * lo / end, "width": max(2.0, bar_w * (hi - lo) / end), "color": color}
-            for lo, hi, color, _ in marks
-        ]
-        labels = "; ".join(label for *_, label in reversed(marks))
-        bars.append({"y": 6 + i * pitch, "q": q, "end": end, "marks": shown, "labels": labels})
-    legend = [
-        ("background:#c8e6c9", "entries that match the commitlog"),
-        (f"background:{COLORS['error']}", "wrong or zeroed entries"),
-        (f"background:{LOST}", "sound entries the broker drops after a zeroed one"),
-    ]
-    return {"rows": bars, "height": 8 + len(rows) * pitch, "label_width": label_w, "bar_width": bar_w, "legend": legend}

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from jobs.tables.delta import append_rows, read_delta, table_exists, table_history
+from storelib.audit import CleanRun
 from storelib.errors import EXIT_OK
 from storelib.findings import Finding
 
@@ -108,12 +109,8 @@ def run_version(spark: SparkSession, table: str, run_id: str) -> int:
     raise KeyError(f"run {run_id} is not in the history of {table}")
 
 
-def last_clean_run(spark: SparkSession, table: str, store: str) -> dict | None:
-    """The newest summary of ``store`` with exit code 0 (None if none, or no table yet), for ``--since-last``.
-
-    Its keys are the summary columns: ``run_id``, ``started_at``/``finished_at`` (UTC datetimes),
-    ``commitlog_max_offset`` and ``segments_audited`` (what that run covered), ``skipped``, counts, ...
-    """
+def last_clean_run(spark: SparkSession, table: str, store: str) -> CleanRun | None:
+    """The newest summary of ``store`` with exit code 0 (None if none, or no table yet), for ``--since-last``."""
     if not table_exists(table):
         return None
     summaries = read_history(spark, table).where(
@@ -122,8 +119,10 @@ def last_clean_run(spark: SparkSession, table: str, store: str) -> dict | None:
     newest = summaries.orderBy(F.col("started_at").desc(), F.col("finished_at").desc()).limit(1).collect()
     if not newest:
         return None
-    row = newest[0].asDict()
-    summary = {k: row[k] for k in ("run_id", "store", "started_at", *(f.name for f in _SUMMARY_FIELDS))}
-    for key in ("started_at", "finished_at"):  # Spark hands back naive local times
-        summary[key] = summary[key].astimezone(dt.UTC)
-    return summary
+    row = newest[0]
+    return CleanRun(
+        row.run_id,
+        row.started_at.astimezone(dt.UTC),  # Spark hands back naive local times
+        row.commitlog_max_offset,
+        tuple(row.segments_audited or ()),
+    )
