@@ -133,7 +133,9 @@ def without_rss(s: SegmentSummary) -> SegmentSummary:
     return dataclasses.replace(s, worker_peak_rss=0)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(segments(), st.lists(st.integers(1, 20_000), max_size=6), st.sampled_from(["dispatch", "messages"]))
 def test_ranges_give_the_whole_parse_or_say_they_do_not_meet(tmp_path_factory, segment, points, mode) -> None:
     data, risky = segment
