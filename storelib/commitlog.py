@@ -285,6 +285,7 @@ END_BAD_MAGIC = "bad-magic"  # neither a message, a BLANK nor zeros
 END_BAD_SIZE = "bad-size"  # TOTALSIZE too small to be a record
 END_BAD_BLANK = "bad-blank"  # a BLANK whose TOTALSIZE is not the bytes left
 END_UNREADABLE = "unreadable"  # the file could not be read (permissions, I/O error)
+END_RANGE = "range-end"  # a byte range's scan reached its end on a record: the next range's (never a segment's end)
 
 #: record-level damage; the scan goes on after it by TOTALSIZE
 DAMAGE_CRC = "crc-mismatch"
@@ -448,6 +449,12 @@ class SegmentScanner:
     stop the scan (the record framed correctly; its header is intact): it is recorded
     and the batch marks it in ``crc_ok``. A record whose fields do not add up to its
     TOTALSIZE is recorded, left out of the batch, and the walk goes on by TOTALSIZE.
+
+    A byte range of the segment: ``start`` (a file position where the walk from the segment's start has a record:
+    ``find_record_start``) and ``stop`` (the range's end): the scan takes the records that start before
+    ``stop``; when it gets to one at or after it, ``end`` is END_RANGE there (the next range's first record),
+    and when the walk stops there instead, ``end`` says why, as the whole segment's scan would.
+    The stream must be at ``start``.
     """
 
     def __init__(
@@ -460,6 +467,8 @@ class SegmentScanner:
         chunk_size: int = 8 << 20,
         batch_records: int = 1 << 16,
         framing: Framing = COMMITLOG_FRAMING,
+        start: int = 0,
+        stop: int | None = None,
     ) -> None:
         self.stream = stream
         self.file = file
@@ -469,6 +478,8 @@ class SegmentScanner:
         self.chunk_size = chunk_size
         self.batch_records = batch_records
         self.framing = framing
+        self.start = start
+        self.stop = file_size if stop is None else min(stop, file_size)
         self.end: SegmentEnd | None = None
         self.damage: list[RecordDamage] = []
         self.messages = 0
@@ -476,8 +487,8 @@ class SegmentScanner:
 
     def __iter__(self) -> Iterator[RecordBatch]:
         buf = np.zeros(0, dtype=np.uint8)
-        buf_pos = 0  # file position of buf[0]
-        pos = 0  # file position of the next record (DLedger: of the next entry)
+        buf_pos = self.start  # file position of buf[0]
+        pos = self.start  # file position of the next record (DLedger: of the next entry)
         size = self.file_size
         header = self.framing.header
         positions = np.empty(self.batch_records, dtype=np.int64)  # of records in buf, relative to buf_pos
@@ -500,7 +511,14 @@ class SegmentScanner:
                     break
             # fast path: whole message records already in buf, walked by the kernel
             count, rel = kernel.walk(
-                buf, pos - buf_pos, min(len(buf), size - buf_pos), positions, count, MIN_RECORD_SIZE, header
+                buf,
+                pos - buf_pos,
+                min(len(buf), size - buf_pos),
+                positions,
+                count,
+                MIN_RECORD_SIZE,
+                header,
+                self.stop - buf_pos,
             )
             if count == len(positions):
                 pos = buf_pos + rel
@@ -513,6 +531,9 @@ class SegmentScanner:
             stop, need = self.framing.check(buf[rel : rel + min(size - pos, header + 8)], size - pos)
             if stop is not None:
                 self.end = SegmentEnd(self.file, stop[0], self.base + pos, stop[1])
+                break
+            if pos >= self.stop:  # a record the walk takes, at or after the range's end: the next range's
+                self.end = SegmentEnd(self.file, END_RANGE, self.base + pos)
                 break
             # the record straddles the end of buf: read on, then the fast path takes it
             if count:
@@ -596,6 +617,26 @@ class SegmentScanner:
             entries=entry_units(a, p - self.framing.header) if self.framing.header else None,
             record_start=p,
         )
+
+
+#: how far past a byte range's start ``find_record_start`` looks for its first record: more than a record's size
+#: (the broker's maxMessageSize is 4 MiB by default)
+FIND_WINDOW = 8 << 20
+
+
+def find_record_start(
+    read_at: Callable[[int, int], bytes], base: int, size: int, at: int, window: int = FIND_WINDOW
+) -> int | None:
+    """The file position of the first message record at or after ``at`` in a segment of ``size`` bytes at commitlog
+    offset ``base``, as the records tell it (``kernel.find_record``: a record stores its own PHYSICALOFFSET, and the
+    one after it agrees), within ``window`` bytes; None when none is found there. ``read_at(nbytes, offset)``.
+
+    A guess: the piece before (storelib.segments.merge_pieces) says where its walk from the segment's start went.
+    """
+    data = read_at(min(window, size - at), at) if size > at else b""
+    a = np.frombuffer(data, dtype=np.uint8)
+    q = kernel.find_record(a, 0, base + at, size - at, MIN_RECORD_SIZE)
+    return None if q < 0 else at + int(q)
 
 
 def find_properties(

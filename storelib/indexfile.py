@@ -21,7 +21,7 @@ import numpy as np
 
 from storelib import kernel
 from storelib.config import BrokerConfig
-from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INT32_MAX
+from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import StoreFormatError
 from storelib.javahash import index_key_hash, java_hash
 
@@ -95,24 +95,14 @@ def build_index_file_head(
     if n == 0:
         header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
         return header, header.pack()
-    key_hash = np.ascontiguousarray(key_hash, dtype=np.int32)
-    store_timestamp = np.asarray(store_timestamp, dtype=np.int64)
-    # putKey's slot chains in one pass: prevIndex = the slot's value, then the slot = this entry
-    table, prev, used = kernel.slot_chains(key_hash, slots_n)
-    # one buffer for the whole head: header, slot table, entry 0 (never used), entries 1..n
+    # one buffer for the whole head: header, slot table, entry 0 (never used), entries 1..n; putKey in one pass
     head = bytearray(INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE + (n + 1) * INDEX_ENTRY_SIZE)
-    np.frombuffer(head, dtype=">i4", count=slots_n, offset=INDEX_HEADER_SIZE)[:] = table
-    entries = np.frombuffer(head, dtype=ENTRY_DTYPE, offset=INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE)[1:]
-    entries["prev_index"] = prev
-    # timeDiff against beginTimestamp as it is before each put: inherited for entry 1
-    begin = np.full(n, store_timestamp[0], dtype=np.int64)
-    begin[0] = inherited_ts
-    diff = (store_timestamp - begin) // 1000  # negatives clamp to 0 below, so floor == Java's truncation
-    diff = np.clip(diff, 0, INT32_MAX)
-    diff[begin <= 0] = 0
-    entries["key_hash"] = key_hash
-    entries["phy_offset"] = phy_offset
-    entries["time_diff"] = diff
+    out = np.frombuffer(head, dtype=np.uint8)
+    key_hash, phy_offset, store_timestamp = (_ints(a) for a in (key_hash, phy_offset, store_timestamp))
+    entries_at = INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE
+    used = kernel.index_head(
+        key_hash, phy_offset, store_timestamp, inherited_ts, out, INDEX_HEADER_SIZE, slots_n, entries_at
+    )
     slot_count = int(used) if cfg.hashSlotCountRule == "occupied" else n
     header = IndexHeader(
         begin_timestamp=int(store_timestamp[0]),
@@ -124,6 +114,12 @@ def build_index_file_head(
     )
     head[:INDEX_HEADER_SIZE] = header.pack()
     return header, head
+
+
+def _ints(values: object) -> np.ndarray:
+    """An integer array as it is (a structured array's field included: no copy), a list as int64."""
+    a = np.asarray(values)
+    return a if a.dtype.kind in "iu" and a.dtype.isnative else a.astype(np.int64)
 
 
 class IndexFileReader:

@@ -69,9 +69,11 @@ else:
         numba.config.CACHE_DIR = str(_CACHE)
 
     from storelib.constants import (
+        BLANK_MAGIC_CODE,
         DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
+        INT32_MAX,
         KEY_SEPARATOR,
         MESSAGE_MAGIC_CODE,
         MESSAGE_MAGIC_CODE_V2,
@@ -144,15 +146,16 @@ else:
         return c ^ np.uint32(0xFFFFFFFF)
 
     @njit(cache=True)
-    def walk(a, rel, stop, out, count, min_size, header):
+    def walk(a, rel, stop, out, count, min_size, header, before):
         """Whole message records from ``rel``: append their positions to ``out`` until a record is not a
-        message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, or ``out`` is full.
+        message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, starts at or after
+        ``before`` (a byte range's end: that record is the next range's), or ``out`` is full.
         ``header`` > 0: each record is the body of a DLedger entry of that many header bytes (magic
         DLEDGER_ENTRY_MAGIC, then the entry size = header + TOTALSIZE), and the walk goes from entry to entry.
         Returns (count, rel of the first record, or entry, not taken)."""
         n = len(a)
         cap = len(out)
-        while rel + header + 8 <= n and count < cap:
+        while rel + header + 8 <= n and count < cap and rel < before:
             total = _i32(a, rel + header)
             magic = _i32(a, rel + header + 4)
             if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < min_size:
@@ -165,6 +168,45 @@ else:
             count += 1
             rel += header + total
         return count, rel
+
+    @njit(cache=True)
+    def find_record(a, rel, base, end, min_size):
+        """The first position q >= ``rel`` in ``a`` where a message record starts that a walk would take, told by
+        the record itself: a message magic, TOTALSIZE >= ``min_size`` and within ``end`` (the segment's end, as a
+        position in ``a``), and PHYSICALOFFSET == ``base`` + q (``base``: the commitlog offset of a[0]); and the
+        header after it, when ``a`` holds it, is a message record whose PHYSICALOFFSET agrees too, a BLANK of
+        exactly the bytes left, or zeros. -1 when no position before len(a) - 36 qualifies."""
+        n = len(a)
+        q = rel
+        while q + 36 <= n:
+            if a[q + 4] != 0xDA or a[q + 5] != 0xA3 or a[q + 6] != 0x20:  # both message magics start so
+                q += 1
+                continue
+            magic = _i32(a, q + 4)
+            total = _i32(a, q)
+            if (
+                (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2)
+                or total < min_size
+                or q + total > end
+                or _i64(a, q + 28) != base + q
+            ):
+                q += 1
+                continue
+            nxt = q + total
+            if nxt + 8 > n or nxt + 8 > end:
+                return q
+            size2 = _i32(a, nxt)
+            magic2 = _i32(a, nxt + 4)
+            if magic2 == MESSAGE_MAGIC_CODE or magic2 == MESSAGE_MAGIC_CODE_V2:  # noqa: SIM109 - compiled
+                if nxt + 36 > n or _i64(a, nxt + 28) == base + nxt:
+                    return q
+            elif magic2 == BLANK_MAGIC_CODE:
+                if size2 == end - nxt:
+                    return q
+            elif size2 == 0 or magic2 == 0:
+                return q
+            q += 1
+        return -1
 
     #: what ``decode`` returns, in order: RecordBatch's field names, then the TOTALSIZE the fields add up to
     #: (-1 where a length field is negative or points past the record) and the computed BODYCRC
@@ -443,6 +485,50 @@ else:
             table[s] = i + 1
         return table, prev, used
 
+    @njit(cache=True, inline="always")
+    def _put_i32(out, p, v):  # big-endian int32 at out[p]
+        out[p] = (v >> 24) & 0xFF
+        out[p + 1] = (v >> 16) & 0xFF
+        out[p + 2] = (v >> 8) & 0xFF
+        out[p + 3] = v & 0xFF
+
+    @njit(cache=True, inline="always")
+    def _put_i64(out, p, v):  # big-endian int64 at out[p]
+        for k in range(8):
+            out[p + k] = (v >> (56 - 8 * k)) & 0xFF
+
+    @njit(cache=True)
+    def index_head(key_hash, phy_offset, store_timestamp, inherited_timestamp, out, slots_at, slots, entries_at):
+        """An IndexFile's slot table and entries 1..n, big-endian, into ``out`` (the file's first bytes): ``putKey``
+        per entry in put order (prevIndex = the slot's value, then the slot = this entry; slot = keyHash % slots),
+        timeDiff = (storeTimestamp - beginTimestamp) // 1000 clamped to [0, INT32_MAX], against the begin before the
+        put (``inherited_timestamp`` for entry 1, then entry 1's), 0 when that begin is <= 0. The slot table at
+        ``slots_at``, entry i at ``entries_at`` + 20 i. Returns the number of slots used."""
+        table = np.zeros(slots, np.int32)
+        used = 0
+        n = len(key_hash)
+        for i in range(n):
+            h = np.int64(key_hash[i])
+            s = h % slots
+            prev = table[s]
+            if prev == 0:
+                used += 1
+            table[s] = i + 1
+            begin = inherited_timestamp if i == 0 else np.int64(store_timestamp[0])
+            diff = np.int64(0)
+            if begin > 0:
+                diff = (np.int64(store_timestamp[i]) - begin) // 1000
+                diff = min(max(diff, 0), INT32_MAX)
+            p = entries_at + 20 * (i + 1)
+            _put_i32(out, p, h)
+            _put_i64(out, p + 4, np.int64(phy_offset[i]))
+            _put_i32(out, p + 12, diff)
+            _put_i32(out, p + 16, np.int64(prev))
+        for s in range(slots):
+            if table[s]:
+                _put_i32(out, slots_at + 4 * s, np.int64(table[s]))
+        return used
+
     @njit(cache=True)
     def chain_reachable(slots, prev, bad_time, n):
         """Entries 0..n-1 a walk from every slot's entry reaches (``IndexFile.selectPhyOffset``'s stops; a
@@ -468,7 +554,8 @@ else:
         """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
         a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
-        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0)
+        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0, 64)
+        find_record(a, 0, 0, 64, 1)
         decode(a, z, True)
         intern_runs(a, z, z)
         find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))
@@ -476,3 +563,5 @@ else:
         hash_utf16_runs(np.zeros(1, np.uint16), z)
         key_runs(a, z, z, z, z, np.zeros(1, np.bool_))
         slot_chains(np.zeros(1, np.int32), 7)
+        entries = np.zeros(1, [("key_hash", "<i4"), ("commitlog_offset", "<i8"), ("store_timestamp", "<i8")])
+        index_head(entries["key_hash"], entries["commitlog_offset"], entries["store_timestamp"], 0, a, 0, 1, 4)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+import struct
+import zlib
+from collections.abc import Collection, Iterable, Mapping
 
 from storelib.commitlog import (
     COMMITLOG_FRAMING,
@@ -111,6 +113,158 @@ class SegmentSummary:
     def without_messages(self) -> SegmentSummary:
         """The summary of a segment left out of the index (``--on-error skip-segment``)."""
         return dataclasses.replace(self, messages=0, index_entries=0, last_message_offset=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """The byte range [lo, hi) of one segment that one parse task reads: the records whose start lies in it.
+
+    Piece 0 starts at the segment's first record; a later one at the first record at or after ``lo`` as the records
+    tell it (``storelib.commitlog.find_record_start``), a guess that ``merge_pieces`` checks against the piece
+    before. A segment parsed whole is its only piece, named as the segment."""
+
+    segment: Segment
+    lo: int
+    hi: int
+    number: int = 0
+    count: int = 1
+
+    @property
+    def name(self) -> str:
+        """The segment's name, and the piece's number when the segment has several (scratch file names)."""
+        return self.segment.name if self.count == 1 else f"{self.segment.name}.{self.number:03d}"
+
+
+#: the RecordBatch and Dispatch columns a segment's fingerprint covers, in order (``fingerprint``)
+FINGERPRINT_COLUMNS = (
+    "physical_offset",
+    "total_size",
+    "body_crc",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "store_timestamp",
+    "tags_code",
+    "index_key_hash",
+)
+
+
+def fingerprint(columns: Iterable[tuple[int, int]], messages: int) -> str:
+    """SegmentSummary.fingerprint from the (crc32, bytes) of each FINGERPRINT_COLUMNS column over the segment's
+    records: one CRC per column, so batch and piece boundaries do not change it."""
+    crcs = [crc for crc, _ in columns]
+    return f"crc32:{zlib.crc32(struct.pack(f'>{len(crcs)}I', *crcs)):08x}:{messages}"
+
+
+def _gf2_times(matrix: list[int], vector: int) -> int:
+    out, i = 0, 0
+    while vector:
+        if vector & 1:
+            out ^= matrix[i]
+        vector >>= 1
+        i += 1
+    return out
+
+
+def _gf2_square(matrix: list[int]) -> list[int]:
+    return [_gf2_times(matrix, row) for row in matrix]
+
+
+def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+    """zlib's ``crc32_combine``: the crc32 of A + B from crc32(A), crc32(B) and len(B)."""
+    if length2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator of one zero bit
+    even = _gf2_square(odd)  # two zero bits
+    odd = _gf2_square(even)  # four
+    while True:
+        even = _gf2_square(odd)  # one zero byte, then 4, 16, ...
+        if length2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        length2 >>= 1
+        if not length2:
+            break
+        odd = _gf2_square(even)
+        if length2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        length2 >>= 1
+        if not length2:
+            break
+    return crc1 ^ crc2
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceSummary:
+    """What one piece's task says: the SegmentSummary of its records alone (fingerprint and damage counts of
+    them) and how it meets its neighbours: ``start`` (commitlog offset of its first record, None when it found
+    none), ``handoff`` (of the first record at or after its end, which the next piece must start at; None when its
+    records stop inside it), whether it holds a ConsumeQueue-dispatched record, and each fingerprinted column's
+    (crc32, bytes)."""
+
+    piece: str
+    summary: SegmentSummary
+    start: int | None
+    handoff: int | None
+    has_cq: bool
+    columns: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> str:
+        """The SegmentSummary's JSON (what a segment parsed whole leaves) with the piece's own fields beside it."""
+        extra = {"start": self.start, "handoff": self.handoff, "has_cq": self.has_cq, "columns": self.columns}
+        return json.dumps({**dataclasses.asdict(self.summary), "piece": {"name": self.piece, **extra}}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PieceSummary:
+        row = json.loads(text)
+        p = row.pop("piece")
+        columns = tuple((int(c), int(n)) for c, n in p["columns"])
+        return cls(p["name"], SegmentSummary.from_row(row), p["start"], p["handoff"], p["has_cq"], columns)
+
+
+def merge_pieces(segment: Segment, pieces: list[PieceSummary]) -> SegmentSummary | None:
+    """The segment's summary from its pieces' (in order), exactly what its parse whole gives (a segment parsed
+    whole: its one piece's); None when the pieces do not meet: each must start where the one before handed off
+    (piece 0 at the segment's start), one that found no record after one whose records stopped, and none
+    unreadable. Then the whole parse decides."""
+    if len(pieces) == 1:  # the segment parsed whole
+        return pieces[0].summary
+    expected: int | None = segment.start
+    for p in pieces:
+        if p.start != expected or p.summary.end_reason == END_UNREADABLE:
+            return None
+        expected = p.handoff
+    if expected is not None:
+        return None
+    last = [p for p in pieces if p.start is not None][-1].summary
+    with_messages = [p.summary for p in pieces if p.summary.messages]
+    later = [*list(itertools.accumulate(p.summary.messages for p in reversed(pieces)))[::-1][1:], 0]
+    damage = tuple(
+        dataclasses.replace(d, messages_after=d.messages_after + after)
+        for p, after in zip(pieces, later)
+        for d in p.summary.damage
+    )
+    columns = []
+    for k in range(len(pieces[0].columns)):
+        crc, size = 0, 0
+        for p in pieces:
+            crc, size = crc32_combine(crc, p.columns[k][0], p.columns[k][1]), size + p.columns[k][1]
+        columns.append((crc, size))
+    with_cq = [p.summary for p in pieces if p.has_cq]
+    messages = sum(p.summary.messages for p in pieces)
+    return dataclasses.replace(
+        last,
+        segment=segment.name,
+        messages=messages,
+        index_entries=sum(p.summary.index_entries for p in pieces),
+        first_store_timestamp=with_messages[0].first_store_timestamp if with_messages else 0,
+        last_store_timestamp=with_messages[-1].last_store_timestamp if with_messages else 0,
+        last_cq_store_timestamp=with_cq[-1].last_cq_store_timestamp if with_cq else 0,
+        last_message_offset=with_messages[-1].last_message_offset if with_messages else -1,
+        worker_peak_rss=max(p.summary.worker_peak_rss for p in pieces),
+        fingerprint=fingerprint(columns, messages),
+        damage=tuple(sorted(damage, key=lambda d: d.commitlog_offset)),
+        rule_inputs=sum((p.summary.rule_inputs for p in pieces), RuleInputs()),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,17 +412,24 @@ def max_offset(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     return summaries[with_messages[-1].name].end_offset if with_messages else segments[0].start
 
 
-def plan_parse_tasks(segments: list[Segment], target_bytes: int) -> list[list[Segment]]:
-    """Consecutive segments grouped into tasks of about ``target_bytes`` (a bigger segment is a task alone),
-    in offset order: small segments do not each pay a task's fixed cost."""
-    tasks: list[list[Segment]] = []
+def plan_parse_tasks(segments: list[Segment], target_bytes: int, whole: Collection[str] = ()) -> list[list[Piece]]:
+    """Consecutive segments grouped into tasks of about ``target_bytes``, in offset order: small segments do not
+    each pay a task's fixed cost. A bigger commitlog segment is cut into that many byte ranges of equal size, a
+    task each, unless it is named in ``whole`` (its ranges did not agree: ``merge_pieces``); a bigger DLedger data
+    file is a task alone, whole."""
+    tasks: list[list[Piece]] = []
     size = 0
     for s in segments:
         if tasks and size + s.size <= target_bytes:
-            tasks[-1].append(s)
+            tasks[-1].append(Piece(s, 0, s.size))
             size += s.size
+        elif s.size > target_bytes and s.framing is COMMITLOG_FRAMING and s.name not in whole:
+            n = -(-s.size // target_bytes)
+            step = -(-s.size // n)
+            tasks += [[Piece(s, k * step, min((k + 1) * step, s.size), k, n)] for k in range(n)]
+            size = target_bytes + 1  # nothing joins a range
         else:
-            tasks.append([s])
+            tasks.append([Piece(s, 0, s.size)])
             size = s.size
     return tasks
 

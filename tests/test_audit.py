@@ -464,6 +464,7 @@ def test_audit_cannot_audit_what_is_not_a_store(spark, tmp_path) -> None:
 def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """#8 item 5: an audit that rebuilds compares with its rebuild's parse, and one given --rebuilt scans the store
     once; neither parses the commitlog a second time for its comparisons (the records of RebuildResult)."""
+    from jobs.pipeline import parse as parse_module
     from jobs.pipeline import rebuild as rebuild_module
     from jobs.pipeline.audit import audit
     from jobs.pipeline.context import Run
@@ -478,13 +479,13 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     rebuilt = tmp_path / "rebuilt"
     rebuild_module.rebuild(Run(spark, cfg), str(store), str(rebuilt))
     parses: list[str] = []
-    parse_store = rebuild_module.parse_store
+    parse_store = parse_module.parse_store
 
-    def counted(run: Run, segments: list, mode: str, scratch: str) -> object:
+    def counted(run: Run, segments: list, mode: str, scratch: str, *whole: object) -> object:
         parses.append(mode)
-        return parse_store(run, segments, mode, scratch)
+        return parse_store(run, segments, mode, scratch, *whole)
 
-    monkeypatch.setattr(rebuild_module, "parse_store", counted)
+    monkeypatch.setattr(parse_module, "parse_store", counted)
     assert audit(Run(spark, cfg), str(store), None, str(tmp_path / "r1")).exit_code == 0
     assert parses == ["dispatch"]  # its own rebuild
     parses.clear()

@@ -9,7 +9,7 @@ import struct
 import tracemalloc
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storelib.commitlog import (
@@ -235,6 +235,7 @@ prop_names = st.text(st.characters(exclude_characters="\x01\x02", exclude_catego
 prop_values = st.text(st.characters(exclude_characters="\x02", exclude_categories=("Cs",)), max_size=12)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a loaded machine generates slowly
 @given(st.dictionaries(prop_names.filter(bool), prop_values.filter(bool), max_size=8))
 def test_properties_roundtrip(props: dict[str, str]) -> None:
     assert_roundtrip(format_properties, parse_properties, props)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from storelib.config import BrokerConfig
-from storelib.segments import Segment, SegmentSummary
+from storelib.segments import Piece, Segment, SegmentSummary
 from storelib.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
@@ -203,7 +203,8 @@ def test_segment_parser_parses_each_task_segment_in_turn(tmp_path: Path) -> None
     second = write_segment(store, MESSAGES[4:], start=SEGMENT_SIZE)
     elsewhere = Segment(str(tmp_path / "none"), f"{0:020d}", 0, SEGMENT_SIZE)
     batch = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64())})
-    parser = segment_parser(CFG, "dispatch", str(tmp_path / "scratch"), [[elsewhere], [first, second]])
+    tasks = [[Piece(elsewhere, 0, SEGMENT_SIZE)], [Piece(first, 0, SEGMENT_SIZE), Piece(second, 0, SEGMENT_SIZE)]]
+    parser = segment_parser(CFG, "dispatch", str(tmp_path / "scratch"), tasks)
     runs = pa.Table.from_batches(parser(iter([batch])))
     assert sorted(set(runs.column("segment").to_pylist())) == [first.name, second.name]
     assert sum(runs.column("count").to_pylist()) == sum(len(u) for u in reference_units(store).values())

@@ -71,6 +71,44 @@ def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old output left behind
 
 
+@pytest.mark.parametrize("store", ["clean", "crashed"])
+def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_path, store, monkeypatch):
+    """Every 128 KiB segment parsed in 7 byte ranges (storelib.segments.Piece): the same files and rebuild.json
+    as the parse of whole segments, none of them parsed whole again."""
+    import jobs.pipeline.parse as parse_module
+
+    whole = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "whole"))
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
+    ranged = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "ranged"))
+    assert ranged.whole == frozenset()
+    assert storecopy.tree_digest(tmp_path / "ranged") == storecopy.tree_digest(tmp_path / "whole")
+    assert ranged.report == whole.report
+
+
+def test_ranges_that_do_not_meet_are_parsed_whole_with_the_same_findings(spark, cfg, tmp_path, monkeypatch):
+    """Garbage over a segment's first record: its first range stops there, the next ones find records; the
+    segment is parsed whole and the run stops as it does without ranges."""
+    import jobs.pipeline.parse as parse_module
+
+    store = copy_store("clean", tmp_path / "store")
+    seg = store / "commitlog" / "00000000000000393216"
+    data = bytearray(seg.read_bytes())
+    data[0:16] = b"\xde\xad\xbe\xef" * 4
+    seg.write_bytes(bytes(data))
+    with pytest.raises(DamageStop) as whole:
+        rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
+    with pytest.raises(DamageStop) as ranged:
+        rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
+    assert ranged.value.findings == whole.value.findings
+    result = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"), on_error="skip-segment")
+    assert result.whole == frozenset({seg.name})
+    monkeypatch.setattr(parse_module, "TASK_BYTES", 256 << 20)
+    unranged = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out2"), on_error="skip-segment")
+    assert result.report == unranged.report
+    assert storecopy.tree_digest(tmp_path / "out") == storecopy.tree_digest(tmp_path / "out2")
+
+
 def copy_store(name: str, dest: Path) -> Path:
     """A writable copy of a fixture store's commitlog and checkpoint (no index to compare with)."""
     return storecopy.copy_store(FIXTURE_DIR / name, dest, without=("consumequeue", "index"))
@@ -182,19 +220,24 @@ def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_
     """wait_for_summaries: the summaries as soon as all are there; an error, not a hang, when the queue writers'
     job has ended (``parsed``) and one is still missing."""
     from jobs.pipeline.rebuild import wait_for_summaries
-    from storelib.segments import Segment, SegmentSummary
+    from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary
     from udfs.parse import summary_path
 
     segments = [Segment(f"file:///s/{n:020d}", f"{n:020d}", n, 1024) for n in (0, 1024)]
+    tasks = [[Piece(s, 0, s.size) for s in segments]]
     scratch = str(tmp_path)
-    summary = SegmentSummary(segments[0].name, "zero-tail", 0, "", 0, 0, 0, 0, 0, -1, 0, "crc32:00000000:0")
-    Path(summary_path(scratch, segments[0].name)).write_text(summary.to_json())
+
+    def piece(seg: Segment) -> str:
+        summary = SegmentSummary(seg.name, "zero-tail", seg.start, "", 0, 0, 0, 0, 0, -1, 0, "crc32:00000000:0")
+        return PieceSummary(seg.name, summary, seg.start, None, False, ()).to_json()
+
+    Path(summary_path(scratch, segments[0].name)).write_text(piece(segments[0]))
     parsed = threading.Event()
     parsed.set()
-    with pytest.raises(RuntimeError, match="no summary of 1 segment"):
-        wait_for_summaries(scratch, segments, parsed)
-    later = dataclasses.replace(summary, segment=segments[1].name, end_offset=1024)
-    waiter = threading.Timer(0.3, lambda: Path(summary_path(scratch, segments[1].name)).write_text(later.to_json()))
+    with pytest.raises(RuntimeError, match="no summary of 1 piece"):
+        wait_for_summaries(scratch, tasks, parsed)
+    waiter = threading.Timer(0.3, lambda: Path(summary_path(scratch, segments[1].name)).write_text(piece(segments[1])))
     waiter.start()
-    found = wait_for_summaries(scratch, segments, threading.Event())  # polls until the second one lands
-    assert sorted(found) == [s.name for s in segments]
+    found = wait_for_summaries(scratch, tasks, threading.Event())  # polls until the second one lands
+    assert sorted(found.summaries) == [s.name for s in segments]
+    assert found.entries == [(s.name, s.name, 0) for s in segments]

@@ -28,7 +28,7 @@ class Run:
     progress: bool = False
     work_root: str | None = None
     startup: float = 0.0  # seconds Spark took to start
-    #: the broker rules resolved for each store this run reads (jobs.pipeline.rebuild.store_rules)
+    #: the broker rules resolved for each store this run reads (jobs.pipeline.store_rules.store_rules)
     broker_rules: dict[str, BrokerRules] = dataclasses.field(default_factory=dict)
 
     @contextlib.contextmanager

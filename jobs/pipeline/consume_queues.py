@@ -1,0 +1,73 @@
+"""The ConsumeQueue stage on the driver: the parse's runs shuffled by queue, ordered by queue offset, each queue
+streamed into its files by one writer task (udfs.write.consume_queue_writer), in the same Spark job as the parse.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from jobs.pipeline.context import Run, spark_schema
+from storelib.findings import Finding
+from storelib.report import QueueRecord
+from udfs.fs import join, resolve
+from udfs.schema import QUEUE_SUMMARY_SCHEMA
+from udfs.write import consume_queue_writer
+
+#: rows per Arrow batch handed to the writers: a run row holds up to a few MB of packed units
+RUN_ROWS_PER_BATCH = 16
+
+
+def write_consume_queues(run: Run, runs: Any, staging: str) -> tuple[list[QueueRecord], list[Finding]]:
+    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse):
+    the queues in (topic, queue id) order, and the writers' findings.
+
+    Repartitioned by column, not to a count: spark.sql.shuffle.partitions writers, which adaptive execution
+    merges by the bytes the parse produced (one writer task for a nearly empty store).
+    """
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = run.spark.conf.get(key, None)
+    run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
+    try:
+        written = (
+            appended_at_write_position(runs, run.cfg.appended_topics)
+            .repartition("topic", "queue_id")
+            .sortWithinPartitions("topic", "queue_id", "queue_offset")
+            .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
+        )
+        rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
+    finally:
+        run.spark.conf.set(key, before) if before is not None else run.spark.conf.unset(key)
+    return [_queue_record(r) for r in rows], [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
+
+
+def _queue_record(row: Any) -> QueueRecord:
+    """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``)."""
+    fields = {k: v for k, v in row.asDict().items() if k != "findings"}
+    return QueueRecord(**{**fields, "files": tuple(row.files)})
+
+
+def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
+    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
+    (BrokerConfig.appended_topics): the queue's first unit stays at its record's queue offset, every later run
+    follows the one before (a run is consecutive units, whose records' queue offsets strictly increase)."""
+    if not topics:
+        return runs
+    queue = Window.partitionBy("topic", "queue_id")
+    before = queue.orderBy("queue_offset").rowsBetween(Window.unboundedPreceding, -1)
+    position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
+    return runs.withColumn(
+        "queue_offset", F.when(F.col("topic").isin(*topics), position).otherwise(F.col("queue_offset"))
+    )
+
+
+def without_segments(run: Run, runs: Any, staging: str, skipped: list[str]) -> tuple[list[QueueRecord], list[Finding]]:
+    """The ConsumeQueues written again without the skipped segments' runs (the rare damaged path)."""
+    fs, root = resolve(staging)
+    if fs.get_file_info(join(root, "consumequeue")).type == pafs.FileType.Directory:
+        fs.delete_dir(join(root, "consumequeue"))
+    return write_consume_queues(run, runs.where(~runs.segment.isin(skipped)), staging)

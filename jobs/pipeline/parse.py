@@ -1,0 +1,124 @@
+"""The parse stage on the driver: the segments' tasks (storelib.segments.plan_parse_tasks: consecutive small
+segments, or one byte range of a big one) run on executors (udfs.parse), and what they leave in the scratch
+directory read back: each piece's summary, merged into its segment's (storelib.segments.merge_pieces), or
+RangesDisagree when a segment's ranges do not meet and it must be parsed whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import threading
+from collections.abc import Collection
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from jobs.pipeline.context import Run, numbered_tasks, spark_schema
+from jobs.pipeline.progress import Progress
+from storelib.segments import (
+    Piece,
+    PieceSummary,
+    Segment,
+    SegmentSummary,
+    merge_pieces,
+    plan_parse_tasks,
+    settle_torn_tail,
+)
+from udfs.fs import read_file, resolve
+from udfs.parse import segment_parser, summary_path
+from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
+
+#: a parse task takes consecutive segments up to this many bytes; a bigger commitlog segment is cut into byte
+#: ranges of at most this many, a task each
+TASK_BYTES = 256 << 20
+
+
+def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:
+    """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task per byte range
+    (``whole``: segments not cut into ranges)."""
+    tasks = plan_parse_tasks(segments, TASK_BYTES, whole)
+    out = CQ_RUN_SCHEMA if mode == "dispatch" else MESSAGE_SCHEMA
+    return numbered_tasks(run, len(tasks)).mapInArrow(segment_parser(run.cfg, mode, scratch, tasks), spark_schema(out))
+
+
+def parse_progress(run: Run, segments: list[Segment], label: str = "parse", whole: Collection[str] = ()) -> Progress:
+    """The console progress of parse_store's tasks over ``segments``."""
+    return Progress(run, len(plan_parse_tasks(segments, TASK_BYTES, whole)), sum(s.size for s in segments), label)
+
+
+def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
+    """Parse the segments for their summaries only (ends, damage, fingerprints): the rows are dropped. Segments
+    whose byte ranges do not meet are parsed again whole."""
+    whole: frozenset[str] = frozenset()
+    while True:
+        with parse_progress(run, segments, "scan", whole):
+            parse_store(run, segments, "dispatch", scratch, whole).write.format("noop").mode("overwrite").save()
+        try:
+            return read_summaries(scratch, segments, whole)
+        except RangesDisagree as exc:
+            whole = exc.parse_whole(whole)
+
+
+class RangesDisagree(Exception):
+    """The byte ranges of these segments did not meet (storelib.segments.merge_pieces): parse them whole."""
+
+    def __init__(self, segments: frozenset[str]) -> None:
+        super().__init__(f"the byte ranges of {len(segments)} segment(s) did not meet: {', '.join(sorted(segments))}")
+        self.segments = segments
+
+    def parse_whole(self, whole: frozenset[str]) -> frozenset[str]:
+        """The segments to parse whole next time: ``whole`` and these (a segment parsed whole always merges)."""
+        if self.segments <= whole:
+            raise RuntimeError(f"segments parsed whole did not merge: {', '.join(sorted(self.segments))}")
+        return whole | self.segments
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """What the parse tasks left in the scratch directory: each segment's summary (a crash tail settled), and the
+    IndexFile entries of each piece (piece name, segment name, entries), in offset order."""
+
+    summaries: dict[str, SegmentSummary]
+    entries: list[tuple[str, str, int]]
+
+
+def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
+    """The PieceSummary every parse task left in ``scratch``, merged by segment; RangesDisagree when the pieces
+    of a segment do not meet."""
+    pieces: dict[str, list[PieceSummary]] = {}
+    segments: dict[str, Segment] = {}
+    for piece in (p for task in tasks for p in task):
+        fs, path = resolve(summary_path(scratch, piece.name))
+        pieces.setdefault(piece.segment.name, []).append(PieceSummary.from_json(read_file(fs, path).decode()))
+        segments[piece.segment.name] = piece.segment
+    merged = {name: merge_pieces(segments[name], p) for name, p in pieces.items()}
+    disagree = frozenset(name for name, summary in merged.items() if summary is None)
+    if disagree:
+        raise RangesDisagree(disagree)
+    entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
+    return Parsed(settle_torn_tail(list(segments.values()), merged), entries)  # type: ignore[arg-type]
+
+
+def read_summaries(scratch: str, segments: list[Segment], whole: Collection[str] = ()) -> dict[str, SegmentSummary]:
+    """The SegmentSummary of every segment parse_store(..., ``whole``) parsed into ``scratch``, by segment name."""
+    return read_parsed(scratch, plan_parse_tasks(segments, TASK_BYTES, whole)).summaries
+
+
+#: seconds between two listings of the scratch directory while the parse runs
+SUMMARY_POLL = 0.1
+
+
+def wait_for_summaries(scratch: str, tasks: list[list[Piece]], parsed: threading.Event) -> Parsed:
+    """read_parsed once every piece's summary is in ``scratch``; an error when ``parsed`` is set and one is
+    still missing (the parse failed: the queue writers' job reports why)."""
+    fs, root = resolve(scratch)
+    wanted = {posixpath.basename(summary_path(scratch, p.name)) for task in tasks for p in task}
+    while True:
+        last_look = parsed.is_set()
+        found = {i.base_name for i in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))}
+        if wanted <= found:
+            return read_parsed(scratch, tasks)
+        if last_look:
+            raise RuntimeError(f"the parse left no summary of {len(wanted - found)} piece(s) in {scratch}")
+        parsed.wait(SUMMARY_POLL)

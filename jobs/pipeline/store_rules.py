@@ -1,0 +1,200 @@
+"""The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
+RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
+from the store's clues: storelib.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are settled
+after the parse by what it counted (``settle_rules``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from jobs.pipeline.context import Run
+from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
+from storelib.config import BrokerConfig, batch_cq_topics
+from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.errors import StoreFormatError
+from storelib.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
+from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
+from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
+from storelib.segments import Segment, SegmentSummary
+from storelib.versions import CONFIG_JSON, BrokerRules, RuleInputs, StoreFacts, config_keys, record_clues, select
+from udfs.fs import join, map_file, read_file, resolve
+
+#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages
+SAMPLE_BYTES = 4 << 20
+
+
+SAMPLE_SEGMENTS = 8
+
+
+TAG_KEY_SAMPLE = 32
+
+
+def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
+    """Put the store's settings (``resolve_rules``) into ``run.cfg``, once per run and store (``run.broker_rules``);
+    detected rules are settled after the parse (``settle_rules``)."""
+    if store in run.broker_rules:
+        return run.broker_rules[store]
+    run.cfg, rules = resolve_rules(store, run.cfg, segments)
+    run.broker_rules[store] = rules
+    if run.progress and rules.settled:
+        print(rules.line, file=sys.stderr)
+    return rules
+
+
+def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tuple[BrokerConfig, BrokerRules]:
+    """The store's BatchCQ topics, store type and broker rules, and the config that holds them.
+
+    Store type: the config's ``storeType`` when it sets one (``default`` on a RocksDB store: rolled back to file
+    ConsumeQueues, which the broker then rebuilds from the commitlog), else ``defaultRocksDB`` when a RocksDB is in
+    consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
+    holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
+    ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
+    a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
+    ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
+    """
+    fs, root = resolve(store)
+    topics_json = join(root, "config", "topics.json")
+    topics = set()
+    if fs.get_file_info(topics_json).type == pafs.FileType.File:
+        topics |= set(batch_cq_topics(read_file(fs, topics_json).decode("utf-8", "replace")))
+    topics |= {i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE)) if i.type == pafs.FileType.Directory}
+    rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
+    store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
+    topics_db = join(root, "config", "topics")
+    rocksdb_topics: tuple[str, ...] = ()
+    if (rocksdb or store_type == "defaultRocksDB") and fs.get_file_info(
+        join(topics_db, "CURRENT")
+    ).type == pafs.FileType.File:
+        rocksdb_topics = rocksdb_batch_cq_topics(topics_db)
+        topics |= set(rocksdb_topics) if store_type == "defaultRocksDB" else set()
+    dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
+    cfg = dataclasses.replace(
+        cfg,
+        batchCQTopics=tuple(sorted(topics)),
+        rocksdbBatchCQTopics=rocksdb_topics,
+        storeType=store_type,
+        enableDLegerCommitLog=dledger,
+    )
+    rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
+    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
+
+
+def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
+    """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
+    they would write different files), said in one console line."""
+    rules = run.broker_rules[store]
+    if not rules.settled:
+        rules = run.broker_rules[store] = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+        if run.progress:
+            print(rules.line, file=sys.stderr)
+    return rules
+
+
+def _entries(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
+    return sorted(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)), key=lambda i: i.base_name)
+
+
+def read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``offset``; b"" when the file is missing or shorter."""
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return b""
+    with fs.open_input_file(path) as f:
+        return f.read_at(min(size, f.size() - offset), offset) if f.size() > offset else b""
+
+
+def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
+    """The clues detection reads: root, config/ and consumequeue/ entries, the key paths of config/ JSON files, the
+    checkpoint, and the first SAMPLE_BYTES of up to SAMPLE_SEGMENTS segments (``sampled_segments``) until
+    TAG_KEY_SAMPLE tagged messages are found, whose tag keys are looked up in the live IndexFiles (a local
+    IndexFile is memory-mapped, a remote one read whole)."""
+    index_dir = join(root, INDEX)
+    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
+    headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
+    cfg49 = dataclasses.replace(cfg, brokerVersion="4.9")
+    counts: dict[str, int] = {}
+    tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
+    for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
+        data = read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
+        scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
+        for b in scanner:
+            d = dispatch_batch(b, cfg49)
+            counts.update(record_clues(b, counts))
+            topics, tags, uniq = b.topic, d.tags, d.uniq_key
+            for i in np.flatnonzero(d.to_consume_queue).tolist():
+                if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
+                    t = topics[i]
+                    tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
+        if len(tagged) >= TAG_KEY_SAMPLE:
+            break
+    found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
+    return StoreFacts(
+        root_entries=frozenset(i.base_name for i in _entries(fs, root)),
+        consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
+        checkpoint=read_at(fs, join(root, CHECKPOINT), 0, 48),
+        **counts,
+        tag_keys_found=found,
+        tag_keys_checked=checked,
+        **_config_facts(fs, root),
+    )
+
+
+def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:
+    """StoreFacts ``config_entries`` (the names in config/) and ``config_keys`` (of its CONFIG_JSON files)."""
+    entries = _entries(fs, join(root, "config"))
+    files = [i for i in entries if i.base_name in CONFIG_JSON and i.type == pafs.FileType.File]
+    keys = [config_keys(i.base_name, read_file(fs, i.path).decode("utf-8", "replace")) for i in files]
+    return {"config_entries": frozenset(i.base_name for i in entries), "config_keys": frozenset().union(*keys)}
+
+
+def sampled_segments(segments: list[Segment], index_end: int | None) -> list[Segment]:
+    """The segments detection samples, at most SAMPLE_SEGMENTS: the one holding ``index_end`` (the newest live
+    IndexFile's last entry; else the last segment) and those before it, newest first."""
+    end = segments[-1].start if index_end is None else index_end
+    upto = [s for s in segments if s.start <= end] or segments[:1]
+    return upto[::-1][:SAMPLE_SEGMENTS]
+
+
+def _segment_path(seg: Segment) -> str:
+    return resolve(seg.uri)[1]
+
+
+def _index_reader(fs: pafs.FileSystem, path: str, cfg: BrokerConfig) -> IndexFileReader | None:
+    """A live IndexFile to look keys up in (memory-mapped when local); None when it does not fit the settings."""
+    try:
+        return IndexFileReader(map_file(fs, path), cfg, path)
+    except StoreFormatError:
+        return None
+
+
+def _tag_keys_found(
+    fs: pafs.FileSystem,
+    index: list[str],
+    headers: list[IndexHeader],
+    tagged: list[tuple[int, str, str]],
+    cfg: BrokerConfig,
+) -> tuple[int, int]:
+    """Of the tagged messages whose ``topic#UNIQ_KEY`` the live IndexFile covering them finds, how many have a
+    ``topic#T#tags`` entry too: (found, checked). An IndexFile that does not fit the settings (the audit names it)
+    tells nothing."""
+    readers: dict[int, IndexFileReader | None] = {}
+    found = checked = 0
+    for offset, uniq_key, tag_key in tagged:
+        k = next((k for k, h in enumerate(headers) if h.begin_phy_offset <= offset <= h.end_phy_offset), None)
+        if k is None:
+            continue
+        if k not in readers:
+            readers[k] = _index_reader(fs, index[k], cfg)
+        r = readers[k]
+        hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
+        if hashes is not None:
+            checked += 1
+            found += key_hash_of(tag_key) in hashes
+    return found, checked
