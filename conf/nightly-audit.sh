@@ -44,8 +44,9 @@ REPORT="$REPORTS/$(date -u +%Y-%m-%dT%H%M%SZ)"
 # gets twice the IndexFile plus 512 MB, at least conf/cluster.conf's 1536m.
 PYSPARK_MB=$((INDEX_MB * 2 + 512 > 1536 ? INDEX_MB * 2 + 512 : 1536))
 
-# the project's packages for the executors, and its Python environment when the nodes lack one
-(cd "$ROOT" && rm -f /tmp/rmqstore-$$.zip && zip -qr /tmp/rmqstore-$$.zip jobs storelib udfs -i '*.py')
+# the project's packages (and report.html's template) for the executors, and its Python environment when the nodes
+# lack one
+(cd "$ROOT" && rm -f /tmp/rmqstore-$$.zip && zip -qr /tmp/rmqstore-$$.zip jobs storelib udfs -i '*.py' '*.html')
 trap 'rm -f /tmp/rmqstore-$$.zip' EXIT
 py_opts=(--py-files /tmp/rmqstore-$$.zip)
 if [[ -n "${PY_ENV_ARCHIVE:-}" ]]; then

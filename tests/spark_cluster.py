@@ -129,10 +129,11 @@ def parent_pid(pid: int) -> int | None:
 
 
 def zip_project(dest: Path) -> Path:
-    """jobs/, storelib/ and udfs/ (*.py) in one zip for --py-files, as conf/nightly-audit.sh builds it."""
+    """jobs/, storelib/ and udfs/ (*.py, and report.html's template) in one zip for --py-files, as
+    conf/nightly-audit.sh builds it."""
     with zipfile.ZipFile(dest, "w") as z:
         for package in ("jobs", "storelib", "udfs"):
-            for path in sorted((ROOT / package).rglob("*.py")):
+            for path in sorted(p for pattern in ("*.py", "*.html") for p in (ROOT / package).rglob(pattern)):
                 z.write(path, path.relative_to(ROOT).as_posix())
     return dest
 
