@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,19 @@ def test_the_archive_is_keyed_by_the_java_binary(monkeypatch, tmp_path) -> None:
     assert cds.driver_archive() not in (None, ours)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
     assert cds.driver_archive() is None
+
+
+def test_the_archive_is_keyed_by_the_classpath_jars_sizes_and_mtimes(monkeypatch, tmp_path) -> None:
+    """A virtualenv made again at the same path has the same jar names but new mtimes: the JVM would refuse the
+    old archive (with a warning at every start), so it is another key."""
+    import pyspark
+
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"classes")
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "pyspark" / "__init__.py"))
+    monkeypatch.setattr(cds, "CACHE", tmp_path / "cache")
+    first = cds.driver_archive()
+    assert cds.driver_archive() == first
+    os.utime(jars / "spark-core.jar", ns=(0, 10**18))
+    assert cds.driver_archive() not in (None, first)

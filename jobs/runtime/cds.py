@@ -5,8 +5,9 @@ verified, instead of loading them from ~250 jars at every start.
 The archive is a JDK dynamic archive (``-XX:ArchiveClassesAtExit``) of one ``rmqstore rebuild`` of a small
 generated store: the classes a rebuild loads. It is cached under ``~/.cache/rmq-store-rebuild/cds`` by a key of
 what it is valid for: the java binary (its real path, size and mtime: the JDK release) and the driver's classpath
-(pyspark's jars/ directory, its path and its jars' names). A JVM whose classpath does not match an archive
-ignores it; ``-Xshare:auto`` (the default) only ever falls back to loading classes the normal way.
+(pyspark's jars/ directory, its path and its jars' names, sizes and mtimes, which the JVM checks). A JVM whose
+classpath does not match an archive ignores it, with a warning; ``-Xshare:auto`` (the default) only ever falls back
+to loading classes the normal way.
 """
 
 from __future__ import annotations
@@ -41,8 +42,18 @@ def driver_archive() -> Path | None:
         return None
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     stat = java.resolve().stat()
-    key = [str(java.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(jars), *sorted(os.listdir(jars))]
+    key = [str(java.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(jars), *_jar_stamps(jars)]
     return CACHE / f"driver-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.jsa"
+
+
+def _jar_stamps(jars: Path) -> list[str]:
+    """Each jar's name, size and mtime: the JVM refuses an archive whose classpath jars changed in either (a
+    virtualenv made again at the same path), printing a warning at every start."""
+    stamps = []
+    for name in sorted(os.listdir(jars)):
+        stat = (jars / name).stat()
+        stamps.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return stamps
 
 
 def archive_option(java_options: str) -> str:
