@@ -961,6 +961,12 @@ class EntryScope:
             inside &= phy < self.bounds[k]
         return inside
 
+    def range_bytes(self, k: int, max_offset: int) -> int:
+        """The commitlog bytes of range ``k`` in scope, the last range ending at ``max_offset`` (at least 1)."""
+        begin = max(self.from_offset, int(self.bounds[k - 1]) if k > 0 else 0)
+        end = int(self.bounds[k]) if k < len(self.bounds) else max_offset
+        return max(1, end - begin)
+
     def ranges(self, phy: np.ndarray) -> list[int]:
         """The ranges the offsets in scope fall in."""
         return np.flatnonzero(np.bincount(range_of(phy[self.keep(phy)], self.bounds))).tolist()

@@ -283,3 +283,10 @@ def test_a_position_task_hands_its_header_ranges_and_findings_and_the_report_the
     gone = audit_index_file((1, "f1", None), str(tmp_path / "live"), str(tmp_path / "rebuilt"), CFG, scope)
     assert [f.kind for f in gone.findings] == ["unreadable-file"] and gone.header is None
     assert gone.to_json() == {"position": 1, "live": "f1", "rebuilt": None, "header": None, "unreadable": True}
+
+
+def test_a_range_s_bytes_are_its_commitlog_span_in_scope() -> None:
+    """Range 0 starts at the scope, the last ends at the commitlog's max offset (the packed tasks' weights)."""
+    scope = EntryScope(50, index_range_bounds([0, 100, 200]))
+    assert [scope.range_bytes(k, 1000) for k in range(3)] == [50, 100, 800]
+    assert EntryScope(300, index_range_bounds([0, 100, 200])).range_bytes(1, 1000) == 1  # all below the scope

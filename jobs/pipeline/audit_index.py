@@ -97,7 +97,7 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     label = "index entries (live against rebuilt, key lookups)"
-    weights = [_range_bytes(entries, t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
+    weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
 
     def compare(task: IndexRangeTask) -> RangeComparison:
         return audit_index_range(task, store, rebuilt, cfg, entries, threshold)
@@ -105,13 +105,6 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     results = [result for _, result in run_packed(a.run, label, tasks, weights, compare)]
     missing, keys = _keys_not_found(a, results)
     return _bad_entries(a, results) + missing, keys
-
-
-def _range_bytes(entries: EntryScope, k: int, max_offset: int) -> int:
-    """The commitlog bytes of range ``k`` (what its task reads entries for)."""
-    begin = max(entries.from_offset, int(entries.bounds[k - 1]) if k else 0)
-    end = int(entries.bounds[k]) if k < len(entries.bounds) else max_offset
-    return max(1, end - begin)
 
 
 def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> list[IndexRangeTask]:

@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.progress import Progress
+from jobs.pipeline.tasks import TASK_BYTES  # a parse task: consecutive segments, or a byte range of a bigger one
 from storelib.segments import (
     Piece,
     PieceSummary,
@@ -28,10 +29,6 @@ from storelib.segments import (
 from udfs.fs import read_file, resolve
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
-
-#: a parse task takes consecutive segments up to this many bytes; a bigger commitlog segment is cut into byte
-#: ranges of at most this many, a task each
-TASK_BYTES = 256 << 20
 
 
 def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:

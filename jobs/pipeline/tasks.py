@@ -17,6 +17,8 @@ from jobs.pipeline.progress import Progress
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
 
+#: the bytes a task takes: packed units here, and a parse task (jobs.pipeline.parse: consecutive segments, or a
+#: byte range of a bigger one)
 TASK_BYTES = 256 << 20
 
 

@@ -57,8 +57,8 @@ def build(dist: Path, python: str) -> Path:
         old.unlink()
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, ROOT)
     (wheel,) = dist.glob("*.whl")
-    env = dependencies_env(python)
-    _, alone = requirements()
+    with_deps, alone = requirements()
+    env = dependencies_env(python, with_deps)
     run(env / "bin" / "python", "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel, *alone)
     archive = dist / ARCHIVE
     run(Path(sys.executable).parent / "venv-pack", "-p", env, "-o", archive, "--force", "--compress-level", "1")
@@ -69,10 +69,9 @@ def build(dist: Path, python: str) -> Path:
     return archive
 
 
-def dependencies_env(python: str) -> Path:
+def dependencies_env(python: str, with_deps: list[str]) -> Path:
     """A virtualenv of ``python`` with the pinned dependencies, made once per Python and pin list under ENV_CACHE
     (installing them is most of a build); each build installs the new wheel into it, over the last one."""
-    with_deps, _ = requirements()
     version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True)
     key = "\0".join([shutil.which(python) or python, version.stdout, *with_deps])
     env = ENV_CACHE / f"env-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
