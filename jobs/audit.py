@@ -18,7 +18,7 @@ import re
 import sys
 from typing import Any
 
-from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
+from jobs.cli import add_broker_config, add_spark_options, broker_config, jar_needs, spark_run
 from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
 from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
@@ -124,7 +124,7 @@ def audit_fleet(args: argparse.Namespace) -> int:
             if args.history:  # its row says so (exit code 2), as a run that could not audit
                 from jobs.runtime.session import spark_session
 
-                spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf)[0]
+                spark = spark_session("rmqstore-audit", args.master, args.profile, args.conf, jar_needs(args))[0]
                 failed = HistoryRecord(started, dt.datetime.now(dt.UTC), EXIT_CANNOT)
                 codes[store_id] = _exit_code(_record(spark, args.history, store_id, failed), codes[store_id])
     counts = [sum(1 for c in codes.values() if c == code) for code in (0, 1, 2)]

@@ -22,6 +22,7 @@ from storelib.findings import Finding
 
 if TYPE_CHECKING:
     from jobs.pipeline.context import Run
+    from jobs.runtime.jars import JarNeeds
 
 VERBS = {
     "generate": "write a realistic demo/test store the way a broker would",
@@ -88,12 +89,21 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 def spark_run(app: str, args: argparse.Namespace, cfg: BrokerConfig) -> Run:
-    """Start (or reuse) the Spark session and wrap it with the run's settings."""
+    """The run's context, its Spark session (new or reused) starting in the background: the verb reads the store
+    meanwhile, and waits at its first use of ``run.spark``."""
     from jobs.pipeline.context import Run
-    from jobs.runtime.session import spark_session
+    from jobs.runtime.session import session_start, start_in_background
 
-    spark, startup = spark_session(app, args.master, args.profile, args.conf)
-    return Run(spark, cfg, progress=True, work_root=args.work_dir, startup=startup)
+    start = session_start(app, args.master, args.profile, args.conf, jar_needs(args))
+    return Run(start_in_background(start), cfg, progress=True, work_root=args.work_dir)
+
+
+def jar_needs(args: argparse.Namespace) -> JarNeeds:
+    """The jars a verb's session loads: delta-spark for ``--catalog`` (the one Delta table Spark writes), S3A when
+    an argument is an ``s3a://`` location."""
+    from jobs.runtime.jars import JarNeeds
+
+    return JarNeeds.of(vars(args).values(), delta=bool(getattr(args, "catalog", None)))
 
 
 def print_findings(findings: list[Finding]) -> None:

@@ -11,11 +11,10 @@ if __package__ in (None, ""):
     import _bootstrap  # noqa: F401
 
 import argparse
-import concurrent.futures
 import sys
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, print_findings, spark_run
-from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, check_output, prepare, rebuild
+from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, check_output, rebuild
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, DamageStop
 
 
@@ -37,11 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output(args.store, args.out, args.work_dir)  # refused before Spark starts
     cfg = broker_config(args)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        prepared = pool.submit(prepare, args.store, cfg)  # the store's segments and rules, while Spark starts
-        run_ = spark_run("rmqstore-rebuild", args, cfg)
+    run_ = spark_run("rmqstore-rebuild", args, cfg)  # starts in the background: the listing and rules need no Spark
     try:
-        result = rebuild(run_, args.store, args.out, args.on_error, prepared.result())
+        result = rebuild(run_, args.store, args.out, args.on_error)
     except DamageStop as exc:
         print_findings(exc.findings)
         print(f"rmqstore rebuild: {exc}", file=sys.stderr)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import VERBS, parser
+from jobs.cli import VERBS, jar_needs, parser
+from jobs.runtime.jars import JarNeeds
 from storelib.errors import (
     BadInput,
     CannotAudit,
@@ -81,3 +82,17 @@ def test_an_unknown_verb_is_argparse_usage_error() -> None:
     """(In a child: ``main`` stops the Spark session of the process it runs in.)"""
     done = rmqstore("unknown-verb")
     assert done.returncode == 2 and "invalid choice: 'unknown-verb'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "delta", "s3a"),
+    [
+        (["rebuild", "--store", "/data/store", "--out", "/data/out"], False, False),
+        (["rebuild", "--store", "s3a://bucket/store", "--out", "/data/out"], False, True),
+        (["rebuild", "--store", "/data/store", "--out", "/data/out", "--work-dir", "s3a://bucket/work"], False, True),
+        (["rebuild", "--store", "/data/store", "--out", "/data/out", "--catalog", "/data/catalog"], True, False),
+        (["audit", "--store", "/data/store", "--report", "/r", "--history", "s3a://bucket/history"], False, True),
+    ],
+)
+def test_a_verb_asks_for_delta_spark_with_a_catalog_and_s3a_with_an_s3a_location(argv, delta, s3a) -> None:
+    assert jar_needs(parser().parse_args(argv)) == JarNeeds(delta=delta, s3a=s3a)

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from jobs.runtime import jars
 from jobs.tables.catalog import CLUSTER_BY, default_store_id, write_catalog
-from jobs.tables.delta import append_rows, has_delta_spark, read_delta, table_history
+from jobs.tables.delta import DELTA_EXTENSION, append_rows, has_delta_spark, read_delta, table_history
 from jobs.tables.history import append_history, last_clean_run, read_history, run_version
 from storelib.findings import Finding, finding
 from tests.catalog_rows import BROKER_A, BROKER_B, HOUR, T0, message, readme_queries, records_df
@@ -186,6 +186,23 @@ def test_delta_spark_and_the_cached_jars(spark, monkeypatch):
     assert jars.jar_defaults({}) == settings
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit: too late for the driver's classpath
     assert jars.jar_defaults({}) == {}
+
+
+def test_a_session_loads_only_the_jars_its_run_needs() -> None:
+    assert jars.cached_jars(), "run make jars"
+    names = {n: sorted(Path(j).name for j in jars.jar_settings(n).get("spark.jars", "").split(",") if j) for n in NEEDS}
+    assert names[jars.JarNeeds(delta=True, s3a=False)] == ["delta-spark_2.13-4.0.1.jar", "delta-storage-4.0.1.jar"]
+    s3a = names[jars.JarNeeds(delta=False, s3a=True)]
+    assert "hadoop-aws-3.4.1.jar" in s3a and not any(n.startswith("delta") for n in s3a)
+    assert len(s3a) == len(jars.read_lock()) - 2
+    assert jars.jar_settings(jars.JarNeeds(delta=False, s3a=False)) == {}
+    assert "spark.sql.extensions" not in jars.jar_settings(jars.JarNeeds(delta=False, s3a=True))
+    assert jars.jar_settings(jars.JarNeeds(delta=True, s3a=False))["spark.sql.extensions"] == DELTA_EXTENSION
+    assert jars.JarNeeds.of(["/data/store", None, 3, "s3a://bucket/out"], delta=False) == jars.JarNeeds(False, True)
+    assert jars.JarNeeds.of(["/data/store", "s3://bucket/out"], delta=True) == jars.JarNeeds(True, False)
+
+
+NEEDS = [jars.JarNeeds(d, s) for d in (False, True) for s in (False, True)]
 
 
 def test_a_jar_that_differs_from_the_lock_is_refused(tmp_path):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from jobs.pipeline.context import Run
 from jobs.runtime import cds, session
 from jobs.runtime.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
+from storelib.config import BrokerConfig
+from storelib.errors import ConfigError
 
 
 @pytest.fixture
@@ -118,3 +123,30 @@ def test_the_archive_is_keyed_by_the_classpath_jars_sizes_and_mtimes(monkeypatch
     assert cds.driver_archive() == first
     os.utime(jars / "spark-core.jar", ns=(0, 10**18))
     assert cds.driver_archive() not in (None, first)
+
+
+def test_a_run_waits_for_its_session_at_first_use_and_makes_it_active_on_that_thread(spark) -> None:
+    """jobs.cli.spark_run: the session starts on a thread of its own; ``Run.spark`` waits for it, keeps its start-up
+    seconds and the wait, and makes it the active session of the thread that takes it (the JVM's is per thread)."""
+    from pyspark.sql import SparkSession
+
+    starting: concurrent.futures.Future = concurrent.futures.Future()
+    run = Run(starting, BrokerConfig())
+    threading.Timer(0.3, starting.set_result, ((spark, 1.5),)).start()
+    seen = {}
+
+    def first_use() -> None:
+        seen["before"] = SparkSession.getActiveSession()
+        seen["spark"] = run.spark
+        seen["after"] = SparkSession.getActiveSession()
+
+    worker = threading.Thread(target=first_use)
+    worker.start()
+    worker.join(10)
+    assert seen == {"before": None, "spark": spark, "after": spark}
+    assert run.startup == 1.5 and 0.2 < run.waited < 5 and run.spark is spark and run.session is spark
+
+
+def test_a_bad_conf_is_refused_before_any_session_starts() -> None:
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        session.session_start("bad", overrides=["spark.sql.shuffle.partitions"])

@@ -3,9 +3,11 @@ an audit stage hands back."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import posixpath
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,13 +25,28 @@ from udfs.fs import resolve
 class Run:
     """One verb's run: ``work_root`` is the user's ``--work-dir`` (else work happens beside the output)."""
 
-    spark: Any
+    #: the SparkSession, or the future of (session, start-up seconds) of one still starting (jobs.cli.spark_run): what
+    #: a verb does before it first needs ``spark`` happens while the JVM starts
+    session: Any
     cfg: BrokerConfig
     progress: bool = False
     work_root: str | None = None
     startup: float = 0.0  # seconds Spark took to start
+    waited: float = 0.0  # of which the run waited for it, having nothing else to do (``spark``)
     #: the broker rules resolved for each store this run reads (jobs.pipeline.store_rules.store_rules)
     broker_rules: dict[str, BrokerRules] = dataclasses.field(default_factory=dict)
+
+    @property
+    def spark(self) -> Any:
+        """The SparkSession, waited for when it is still starting, then active on this thread."""
+        if isinstance(self.session, concurrent.futures.Future):
+            from jobs.runtime.session import activate
+
+            t0 = time.monotonic()
+            self.session, self.startup = self.session.result()
+            self.waited = time.monotonic() - t0
+            activate(self.session)
+        return self.session
 
     @contextlib.contextmanager
     def work_dir(self, beside: str, same_filesystem: bool = False) -> Iterator[str]:

@@ -1,7 +1,7 @@
 """The rebuild on the driver: CommitLog segments -> ConsumeQueue and IndexFile files, byte-exact.
 
 0. the store's rules (jobs.pipeline.store_rules): BatchCQ topics and the broker release's rule set, into
-   ``run.cfg``; with the listing, read while Spark starts when the verb runs it (``prepare``);
+   ``run.cfg``; with the listing, read while a session still starts (jobs.pipeline.context.Run);
 1. list the segments (names, sizes; nothing read on the driver) and group them into parse tasks by bytes, a big
    segment cut into byte ranges (jobs.pipeline.parse);
 2. one Spark job: parse the tasks on executors (udfs.parse) and, through a shuffle by queue, stream every
@@ -19,7 +19,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import sys
 import threading
 import time
 from typing import Any
@@ -39,19 +38,16 @@ from storelib.findings import Finding
 from storelib.layout import CHECKPOINT
 from storelib.report import REBUILD_REPORT, RebuildReport, build_rebuild_report
 from storelib.segments import Segment, SegmentSummary, plan_parse_tasks, plan_segments
-from storelib.versions import BrokerRules
 from udfs.fs import is_object_store, join, resolve, write_file
 
 #: what other modules import from here (the stages' modules hold the rest)
 __all__ = [
     "ON_ERROR",
-    "Prepared",
     "RebuildResult",
     "check_output",
     "judge",
     "list_segments",
     "parse_store",
-    "prepare",
     "publish",
     "read_summaries",
     "rebuild",
@@ -98,40 +94,15 @@ def list_segments(store: str, cfg: BrokerConfig) -> tuple[list[Segment], list[Fi
     return segments, findings
 
 
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """What a rebuild reads of the store before it needs Spark (``prepare``): the segments, the findings about their
-    names and sizes, the config with the store's settings and its rules (``resolve_rules``)."""
-
-    store: str
-    segments: list[Segment]
-    findings: list[Finding]
-    cfg: BrokerConfig
-    rules: BrokerRules
-
-
-def prepare(store: str, cfg: BrokerConfig) -> Prepared:
-    """list_segments and resolve_rules, Spark-free: run while the session starts (jobs/rebuild.py)."""
-    segments, findings = list_segments(store, cfg)
-    cfg, rules = resolve_rules(store, cfg, segments)
-    return Prepared(store, segments, findings, cfg, rules)
-
-
-def rebuild(run: Run, store: str, out: str, on_error: str = "stop", prepared: Prepared | None = None) -> RebuildResult:
+def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildResult:
     """Rebuild the index of ``store`` into ``out``; raises DamageStop (nothing published) on damage. A segment
     whose byte ranges do not meet (damage near a range's edge) is parsed whole, in a second run of the stages.
-    ``prepared``: the store's segments and rules, read while the session started (``prepare``, same config)."""
+    The listing and the rules need no Spark: read while a session still starts (jobs.pipeline.context.Run)."""
     if on_error not in ON_ERROR:
         raise BadInput(f"on_error must be one of {ON_ERROR}")
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
-    if prepared is not None and prepared.store == store and store not in run.broker_rules:
-        segments, findings = prepared.segments, list(prepared.findings)
-        run.cfg, run.broker_rules[store] = prepared.cfg, prepared.rules
-        if run.progress and prepared.rules.settled:
-            print(prepared.rules.line, file=sys.stderr)
-    else:
-        segments, findings = list_segments(store, run.cfg)
+    segments, findings = list_segments(store, run.cfg)
     store_rules(run, store, segments)
     whole: frozenset[str] = frozenset()
     while True:
@@ -140,7 +111,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop", prepared: Pr
         except RangesDisagree as exc:
             whole = exc.parse_whole(whole)
             continue
-        result.seconds = time.monotonic() - t0
+        result.seconds = time.monotonic() - t0 - run.waited  # the rebuild's own time
         return result
 
 

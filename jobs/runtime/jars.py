@@ -1,15 +1,19 @@
-"""The JVM jars every session puts on ``spark.jars``: Delta 4.0.1 and S3A (hadoop-aws 3.4.1, slim AWS SDK).
+"""The JVM jars a session puts on ``spark.jars`` when its run needs them: Delta 4.0.1 and S3A (hadoop-aws 3.4.1, slim
+AWS SDK).
 
 ``make jars`` (``python -m jobs.runtime.jars``) fetches them once with Maven (conf/jars/pom.xml; ``mvn -C`` fails on a
 jar whose published .sha1 does not match) into ``~/.cache/rmq-store-rebuild/jars`` and checks every jar
 against conf/jars/jars.lock (sha1 and sha256). Once cached it only checks the cache: it works offline.
-Sessions started by ``jobs.runtime.session`` take them from the cache, with Delta's extension and catalog, unless the
-user chose jars or packages; under spark-submit the JVM already runs, so pass ``--jars`` (``--submit-args``).
+Sessions started by ``jobs.runtime.session`` take from the cache what the run needs (``JarNeeds``: delta-spark and its
+extension and catalog for a Delta table Spark writes, S3A for an ``s3a://`` location), unless the user chose jars or
+packages: each jar costs the session's start (a local executor fetches every ``spark.jars`` entry: ~0.3 s for the
+34). Under spark-submit the JVM already runs, so pass ``--jars`` (``--submit-args``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -17,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "jars"
@@ -29,6 +33,7 @@ DELTA_SETTINGS = {
 }
 #: settings by which a user already chose the session's jars or extensions: then the cache is not added
 USER_CHOICES = ("spark.jars", "spark.jars.packages", "spark.sql.extensions")
+DELTA_JAR_PREFIX = "delta-"
 _LOCK_HEAD = "# sha1 sha256 jar, checked by `make jars`; rewritten by `python -m jobs.runtime.jars --update-lock`"
 
 
@@ -86,22 +91,46 @@ def cached_jars() -> list[Path]:
     return [CACHE / n for n in names] if all((CACHE / n).is_file() for n in names) else []
 
 
-def jar_settings() -> dict[str, str]:
-    """``spark.jars`` (the cached jars) and Delta's session extension and catalog; {} when the cache is incomplete."""
-    jars = cached_jars()
-    return {"spark.jars": ",".join(map(str, jars)), **DELTA_SETTINGS} if jars else {}
+@dataclasses.dataclass(frozen=True)
+class JarNeeds:
+    """Which cached jars a run's session loads: delta-spark (a Delta table written by Spark: the message catalog)
+    and S3A (an ``s3a://`` location)."""
+
+    delta: bool = True
+    s3a: bool = True
+
+    @classmethod
+    def of(cls, locations: Iterable[object], delta: bool) -> JarNeeds:
+        """What a run over ``locations`` (its paths and URIs; other values are ignored) needs."""
+        return cls(delta, any(isinstance(v, str) and v.startswith("s3a://") for v in locations))
+
+    def wants(self, jar: Path) -> bool:
+        """Delta's jars are named ``delta-*``; every other locked jar is S3A's (hadoop-aws and the AWS SDK)."""
+        return self.delta if jar.name.startswith(DELTA_JAR_PREFIX) else self.s3a
 
 
-def jar_defaults(settings: Mapping[str, str]) -> dict[str, str]:
-    """jar_settings() for a session about to start with ``settings``; {} when the user chose jars, packages or
+ALL_JARS = JarNeeds()
+
+
+def jar_settings(needs: JarNeeds = ALL_JARS) -> dict[str, str]:
+    """``spark.jars`` (the cached jars ``needs`` wants) and, with delta-spark, Delta's session extension and catalog;
+    {} when the cache is incomplete or nothing is needed."""
+    jars = [j for j in cached_jars() if needs.wants(j)]
+    delta = DELTA_SETTINGS if needs.delta else {}
+    return {"spark.jars": ",".join(map(str, jars)), **delta} if jars else {}
+
+
+def jar_defaults(settings: Mapping[str, str], needs: JarNeeds = ALL_JARS) -> dict[str, str]:
+    """jar_settings(needs) for a session about to start with ``settings``; {} when the user chose jars, packages or
     extensions, or under spark-submit (its JVM started without them: the jars would not reach the driver)."""
     if "PYSPARK_GATEWAY_PORT" in os.environ or any(k in settings for k in USER_CHOICES):
         return {}
-    return jar_settings()
+    return jar_settings(needs)
 
 
 def submit_args() -> list[str]:
-    """spark-submit options adding the cached jars and Delta's settings ([] when the cache is incomplete)."""
+    """spark-submit options adding the cached jars and Delta's settings ([] when the cache is incomplete): a
+    cluster's run may need any of them."""
     settings = jar_settings()
     if not settings:
         return []

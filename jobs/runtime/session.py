@@ -11,17 +11,20 @@ incubator-module notice is dropped, so a run prints our progress and summary, no
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jobs.runtime.cds import archive_option
-from jobs.runtime.jars import jar_defaults
+from jobs.runtime.jars import ALL_JARS, JarNeeds, jar_defaults
 from storelib.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
@@ -162,26 +165,87 @@ def _quiet_running_driver() -> None:
 
 
 def spark_session(
-    app: str, master: str | None = None, profile: str = "local", overrides: list[str] | None = None
+    app: str,
+    master: str | None = None,
+    profile: str = "local",
+    overrides: list[str] | None = None,
+    needs: JarNeeds = ALL_JARS,
 ) -> tuple[Any, float]:
-    """Start (or reuse) a SparkSession with the layered settings; returns (session, start-up seconds)."""
-    from pyspark import SparkContext
+    """Start (or reuse) a SparkSession with the layered settings and the jars ``needs`` asks for; returns
+    (session, start-up seconds)."""
+    return session_start(app, master, profile, overrides, needs)()
+
+
+def session_start(
+    app: str,
+    master: str | None = None,
+    profile: str = "local",
+    overrides: list[str] | None = None,
+    needs: JarNeeds = ALL_JARS,
+) -> Callable[[], tuple[Any, float]]:
+    """The settings checked now (a bad ``--conf`` is a ConfigError here), the session started by the returned
+    function: ``spark_session``, or a thread of its own while the verb reads the store (``start_in_background``)."""
+    command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
+    active = _active_session()
+    if active is not None:
+        return lambda: (active, 0.0)
+    return functools.partial(_start, app, profile, command_line, needs)
+
+
+def _active_session() -> Any:
+    """This thread's active SparkSession; None, without importing pyspark, when nothing imported it yet."""
+    if "pyspark.sql" not in sys.modules:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.futures.Future:
+    """``start()`` on a daemon thread (an exit before the session is needed does not wait for the JVM); the future
+    of its (session, start-up seconds). The session is made active on the thread that takes it (``activate``)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(start())
+        except BaseException as exc:  # handed to the thread that waits for the session
+            future.set_exception(exc)
+
+    threading.Thread(target=_import_converters, daemon=True).start()
+    threading.Thread(target=run, name="spark-session", daemon=True).start()
+    return future
+
+
+def _import_converters() -> None:
+    """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas, ~0.15 s) at the first call
+    into the JVM; imported here, beside the JVM's start, it is not waited for after it."""
+    with contextlib.suppress(ImportError):
+        import pyspark.testing.utils  # noqa: F401
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the active session of the calling thread: the JVM keeps one per thread, so a session started
+    on another thread is not ``SparkSession.getActiveSession()`` here until this."""
+    type(spark)._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+
+
+def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds) -> tuple[Any, float]:
+    """A new session: the settings' layers, our defaults where they leave a key unset, a quiet console."""
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
     # executors run the same interpreter as the driver, so storelib/udfs import the same way
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, 0.0
-    command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
     submitted = submitted_settings()
     settings = layered_settings(profile, submitted, command_line)
-    # defaults where the user set nothing: Delta and S3A jars (unless the user chose jars), S3 from AWS_* variables,
-    # and on a local master of our own JVM (under spark-submit it already runs) our worker daemon and JVM options
+    # defaults where the user set nothing: the jars the run needs (unless the user chose jars), S3 from AWS_*
+    # variables, and on a local master of our own JVM (under spark-submit it already runs) our worker daemon and JVM
+    # options
     ours = settings.get("spark.master", "").startswith("local") and not under_spark_submit()
-    settings = {**jar_defaults(settings), **spark_s3_settings(), **(LOCAL_DAEMON if ours else {}), **settings}
+    settings = {**jar_defaults(settings, needs), **spark_s3_settings(), **(LOCAL_DAEMON if ours else {}), **settings}
     if ours:
         settings |= local_jvm_options(settings)
     quiet = settings.get(VERBOSE, "false").lower() != "true" and not has_own_log4j(settings)
@@ -191,22 +255,24 @@ def spark_session(
             _quiet_running_driver()
         elif SparkContext._gateway is None:
             _launch_quiet_gateway(settings)
-    builder = SparkSession.builder.appName(app)
-    for key, value in settings.items():
-        if submitted.get(key) != value:
-            builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    ours_only = {"spark.app.name": app} | {k: v for k, v in settings.items() if submitted.get(k) != v}
+    # the SparkContext first, then the SQL session on it (builder.getOrCreate takes the running context): the
+    # executors' Python workers start while the JVM makes the session (~0.4 s) and the first query is planned
+    sc = SparkContext.getOrCreate(SparkConf().setAll(ours_only.items()))
     if quiet:
-        spark.sparkContext.setLogLevel("ERROR")
-    threading.Thread(target=_warm_python_workers, args=(spark,), daemon=True).start()
-    return spark, time.monotonic() - t0
+        sc.setLogLevel("ERROR")
+    threading.Thread(target=_warm_python_workers, args=(sc,), daemon=True).start()
+    builder = SparkSession.builder
+    for key, value in ours_only.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate(), time.monotonic() - t0
 
 
-def _warm_python_workers(spark: Any) -> None:
-    """A one-task Python job, started beside the driver's planning: the executor's Python worker daemon starts
-    (and, locally, loads the kernel: udfs.daemon) while the first query is planned, not after it."""
+def _warm_python_workers(sc: Any) -> None:
+    """A one-task Python job: the executor's Python worker daemon starts (and, locally, loads the kernel:
+    udfs.daemon) while the driver makes the SQL session and plans the first query, not after it."""
     with contextlib.suppress(Exception):  # a session stopped meanwhile; a broken worker fails the real job too
-        spark.sparkContext.parallelize([0], 1).foreach(_nothing)
+        sc.parallelize([0], 1).foreach(_nothing)
 
 
 def _nothing(_: object) -> None:
