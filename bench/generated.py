@@ -120,8 +120,8 @@ import json, sys, tempfile, time
 from storelib.config import broker_config_from_properties
 from storelib.segments import Segment
 from udfs.parse import parse_segment, summary_path
-from storelib import kernel
-kernel.warm_up()
+from udfs.daemon import preload
+preload()  # what the worker daemon loads before it forks a task's worker: pandas (pyarrow imports it) and the kernel
 seg, start, size, conf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 props = dict(line.split("=", 1) for line in open(conf).read().split())
 cfg = broker_config_from_properties(props)

@@ -138,18 +138,17 @@ def audit_fleet(args: argparse.Namespace) -> int:
 
 def audit_store(args: argparse.Namespace) -> int:
     """One store's audit, history row and console summary; its exit code."""
-    run_ = spark_run("rmqstore-audit", args, broker_config(args))
-    spark = run_.spark
+    run_ = spark_run("rmqstore-audit", args, broker_config(args))  # the store is listed while the session starts
     store_id = args.store_id or default_store_id(args.store)
     started, result = dt.datetime.now(dt.UTC), None
     history: list[HistoryEntry] = []  # the run's rows in --history (appended before its report is written)
 
     def record(row: HistoryRecord) -> HistoryEntry:
-        history.append(_record(spark, args.history, store_id, row))
+        history.append(_record(run_.spark, args.history, store_id, row))
         return history[-1]
 
     try:
-        since = _last_clean_run(spark, args.history, store_id) if args.since_last else None
+        since = _last_clean_run(run_.spark, args.history, store_id) if args.since_last else None
         full = args.since_last and since is None
         note = f"no clean run of store {store_id} in {args.history} yet: full audit" if full else ""
         result = audit(
