@@ -39,7 +39,7 @@ SETTINGS = {
 BROKER_PROPERTIES = {"MSG_REGION": "DefaultRegion", "CLUSTER": SETTINGS["brokerClusterName"], "TRACE_ON": "true"}
 RECORD_SIZE = 723
 QUEUES = 8
-SEND_TIMEOUT = 1800
+SEND_TIMEOUT = 7200  # TEN_GB: ~17 minutes on 2 cores
 _STATE = re.compile(r"MessageStoreState transition from \w+ to (\w+);.*Total time=(\d+)ms")
 
 
@@ -51,6 +51,8 @@ class BrokerBench:
 
 BIG = BrokerBench("broker-1.5M", 1_500_000)
 EMPTY = BrokerBench("broker-empty", 1_600)
+#: ten full 1 GiB segments and the start of an eleventh: the most a 5.5.0 broker re-dispatches at start
+TEN_GB = BrokerBench("broker-15M", 15_000_000)
 
 
 def properties_bytes(props: dict[str, str]) -> int:
