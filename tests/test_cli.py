@@ -92,6 +92,7 @@ def test_an_unknown_verb_is_argparse_usage_error() -> None:
         (["rebuild", "--store", "/data/store", "--out", "/data/out", "--work-dir", "s3a://bucket/work"], False, True),
         (["rebuild", "--store", "/data/store", "--out", "/data/out", "--catalog", "/data/catalog"], True, False),
         (["audit", "--store", "/data/store", "--report", "/r", "--history", "s3a://bucket/history"], False, True),
+        (["audit", "--stores", "a=/data/a,b=s3a://bucket/b", "--report", "/r"], False, True),
     ],
 )
 def test_a_verb_asks_for_delta_spark_with_a_catalog_and_s3a_with_an_s3a_location(argv, delta, s3a) -> None:

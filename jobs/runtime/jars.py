@@ -101,8 +101,9 @@ class JarNeeds:
 
     @classmethod
     def of(cls, locations: Iterable[object], delta: bool) -> JarNeeds:
-        """What a run over ``locations`` (its paths and URIs; other values are ignored) needs."""
-        return cls(delta, any(isinstance(v, str) and v.startswith("s3a://") for v in locations))
+        """What a run over ``locations`` (its arguments: a path, a URI, a list of them as ``--stores`` takes; other
+        values are ignored) needs."""
+        return cls(delta, any(isinstance(v, str) and "s3a://" in v for v in locations))
 
     def wants(self, jar: Path) -> bool:
         """Delta's jars are named ``delta-*``; every other locked jar is S3A's (hadoop-aws and the AWS SDK)."""
