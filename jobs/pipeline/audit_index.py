@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import operator
 from typing import TYPE_CHECKING
@@ -11,10 +12,11 @@ import numpy as np
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
-from jobs.pipeline.tasks import run_packed
+from jobs.pipeline.tasks import run_packed, shares, task_slots
 from storelib.audit import (
     BadEntries,
     EntryScope,
+    PairPart,
     RangeComparison,
     index_range_bounds,
     index_repairs,
@@ -93,11 +95,10 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
     ``index_sample``: one task per commitlog range reading only the files with entries there. The findings and the
     lookup counts."""
-    tasks = _range_tasks(a, rows, entries)
+    tasks, weights = _split(a, _range_tasks(a, rows, entries), entries)
     threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     label = "index entries (live against rebuilt, key lookups)"
-    weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
 
     def compare(task: IndexRangeTask) -> RangeComparison:
         return audit_index_range(task, store, rebuilt, cfg, entries, threshold)
@@ -122,6 +123,16 @@ def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> li
             for k in range(first, last + 1):
                 built[k].append(f.name)
     return [IndexRangeTask(k, tuple(live[k]), tuple(built[k])) for k in sorted(set(live) | set(built))]
+
+
+def _split(a: Audit, tasks: list[IndexRangeTask], entries: EntryScope) -> tuple[list[IndexRangeTask], list[int]]:
+    """The range tasks with a range bigger than a core's share in parts of its pairs (storelib.audit.PairPart), so
+    one big commitlog segment is compared on every core; each task's weight, its range's bytes over its parts."""
+    weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
+    out = []
+    for t, w, n in zip(tasks, weights, shares(weights, task_slots(a.run.spark.sparkContext))):
+        out += [(dataclasses.replace(t, part=PairPart(g, n)), w // n) for g in range(n)]
+    return [t for t, _ in out], [w for _, w in out]
 
 
 def _deleted_on_recovery(log: LogStart, row: IndexPosition) -> list[Finding]:

@@ -27,6 +27,21 @@ def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_
     return max(1, min(units, max(cores, math.ceil(total_bytes / task_bytes))))
 
 
+def shares(weights: Sequence[int], cores: int) -> list[int]:
+    """In how many pieces each unit is best split so that the work spreads over ``cores``: a unit heavier than a
+    core's share of the total in as many pieces as its shares (rounded up), the others whole."""
+    total = sum(weights)
+    return [max(1, -(-w * cores // total)) if total else 1 for w in weights]
+
+
+def task_slots(sc: Any) -> int:
+    """The tasks the executors run at once (the default resource profile's slots), else ``defaultParallelism``:
+    that is a count of partitions (8 in conf/local.conf on any machine), not of cores."""
+    jsc = sc._jsc.sc()
+    slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    return slots or sc.defaultParallelism
+
+
 def packed(units: Sequence[Unit], weights: Sequence[int], tasks: int) -> list[list[Unit]]:
     """``units`` in ``tasks`` lists of near-equal weight: heaviest first, each onto the lightest list so far;
     each list keeps the units' order."""
