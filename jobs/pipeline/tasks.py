@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from jobs.pipeline.progress import Progress
@@ -40,6 +41,19 @@ def task_slots(sc: Any) -> int:
     jsc = sc._jsc.sc()
     slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
     return slots or sc.defaultParallelism
+
+
+def submit_inheriting(pool: Executor, sc: Any, work: Callable[..., Result], *args: Any) -> Future[Result]:
+    """``work(*args)`` on a thread of ``pool``, its jobs with this thread's Spark local properties (job group and
+    description). pyspark's ``inheritable_thread_target`` does as much, but stages are named by their first caller
+    outside pyspark, and its wrapper would name every stage of ``work`` after the pool's thread."""
+    properties = sc._jsc.sc().getLocalProperties().clone()
+
+    def inheriting() -> Result:
+        sc._jsc.sc().setLocalProperties(properties)
+        return work(*args)
+
+    return pool.submit(inheriting)
 
 
 def packed(units: Sequence[Unit], weights: Sequence[int], tasks: int) -> list[list[Unit]]:
