@@ -8,8 +8,9 @@ than reading queues. Units are packed into as many tasks as the cores, or more w
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
@@ -77,5 +78,17 @@ def run_packed(
         return []
     sc = run.spark.sparkContext
     batches = packed(units, weights, task_count(len(units), sum(weights), sc.defaultParallelism))
-    with Progress(run, len(batches), sum(weights), label):
+    with Progress(run, len(batches), sum(weights), label), _call_site(sc, f"{label} at {__file__}"):
         return sc.parallelize(batches, len(batches)).flatMap(lambda b: [(u, work(u)) for u in b]).collect()
+
+
+@contextlib.contextmanager
+def _call_site(sc: Any, site: str) -> Iterator[None]:
+    """The job's call site (its stages' name) ``site``, then none. pyspark names a job after its caller only when no
+    other driver thread is inside an action (its depth counter is per process), else the job keeps its thread's last
+    name or none: with the audit's IndexFile stage on a thread of its own, a packed job was named after another."""
+    sc._jsc.setCallSite(site)
+    try:
+        yield
+    finally:
+        sc._jsc.setCallSite(None)
