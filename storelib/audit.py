@@ -817,11 +817,11 @@ def _truncate_finding(segments: list[SegmentFacts], restart: Restart, how: str, 
 # --- IndexFile ------------------------------------------------------------------------------
 
 
-def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(entry number, keyHash, commitlog offset) of the entries within the header's indexCount."""
+def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray]:
+    """(keyHash, commitlog offset) of the entries within the header's indexCount: entry ``n`` at ``n - 1``."""
     count = max(1, min(reader.header.index_count, len(reader.entries)))
     e = reader.entries[1:count]
-    return np.arange(1, count, dtype=np.int64), e["key_hash"].astype(np.int32), e["phy_offset"].astype(np.int64)
+    return e["key_hash"].astype(np.int32), e["phy_offset"].astype(np.int64)
 
 
 def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) -> list[Finding]:
@@ -1032,7 +1032,7 @@ class IndexPart:
         part: PairPart = WHOLE_RANGE,
     ) -> IndexPart:
         """The entries within indexCount whose commitlog offsets ``keep`` selects, of ``part``."""
-        _, key_hash, phy = index_entries(reader)
+        key_hash, phy = index_entries(reader)
         mask = part.within(key_hash, phy, keep(phy))
         reachable = lookup_reachable(reader)[mask] if reach else None
         return cls(reader.file, np.flatnonzero(mask) + 1, key_hash[mask], phy[mask], reachable)

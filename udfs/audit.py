@@ -125,7 +125,7 @@ def audit_index_file(
     at = IndexPosition(position, live_name, rebuilt_name)
     built = None if rebuilt_name is None else _map(rebuilt, index_file(rebuilt_name))
     if built is not None:
-        in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[2]).sum())
+        in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[1]).sum())
         at = dataclasses.replace(at, rebuilt_entries=in_scope)
     if live_name is None:
         why = f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not"
@@ -140,7 +140,7 @@ def audit_index_file(
     except StoreFormatError as exc:
         findings = [finding("index-header-inconsistent", rel, exc.reason)]
     else:
-        at = dataclasses.replace(at, header=reader.header, ranges=tuple(entries.ranges(index_entries(reader)[2])))
+        at = dataclasses.replace(at, header=reader.header, ranges=tuple(entries.ranges(index_entries(reader)[1])))
         findings = check_index_header(rel, reader, cfg)
     if built is None:
         findings.append(
