@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 
 from jobs.pipeline.audit_index import audit_index, compare_index
-from jobs.pipeline.audit_log import audit_log
+from jobs.pipeline.audit_log import LogStart, audit_log
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.audit_result import AuditResult, Counts, Recorder, finish
 from jobs.pipeline.context import Found, Run
@@ -37,7 +37,7 @@ from storelib.audit import CleanRun, Scope, audit_scope, stale_finding
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
-from storelib.report import REBUILD_REPORT, RebuildReport
+from storelib.report import REBUILD_REPORT, QueueRow, RebuildReport
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends
 from storelib.versions import BrokerRules
 from udfs.fs import join, read_file, resolve
@@ -156,6 +156,16 @@ def _check_same_rules(rules: BrokerRules, rebuild_report: RebuildReport | None) 
         )
 
 
+def _queues_and_log(a: Audit, found: Found) -> tuple[list[QueueRow], Found, LogStart]:
+    """The queues' rows, then what the broker's next start does with the log given the findings so far (``found``
+    and the queues'); ``found`` with the queues', the log's and DLedger's findings."""
+    queue_rows, found_queues = audit_queues(a)
+    found += found_queues
+    cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
+    log, found_log = audit_log(a, list(found.findings), cq_max)
+    return queue_rows, found + found_log + audit_dledger(a), log
+
+
 def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
     segments = list(a.segments)
@@ -166,13 +176,12 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     if stale:
         return finish(a, found + Found((stale,)), None, Counts(), EXIT_CANNOT)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        compared = submit_inheriting(pool, a.run.spark.sparkContext, compare_index, a)  # beside the queues and log
-        queue_rows, found_queues = audit_queues(a)
-        found += found_queues
-        cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
-        log, found_log = audit_log(a, list(found.findings), cq_max)
-        found += found_log + audit_dledger(a)
-        index_rows, keys, found_index = audit_index(compared.result(), log)
+        # the queues and the log on a second thread, beside the IndexFiles, which need neither; this thread's job is
+        # most often submitted first, so the one long position task takes a core at once (the scheduler is FIFO)
+        queued = submit_inheriting(pool, a.run.spark.sparkContext, _queues_and_log, a, found)
+        compared = compare_index(a)
+        queue_rows, found, log = queued.result()
+    index_rows, keys, found_index = audit_index(compared, log)
     found += found_index
     in_use = in_use_finding(a.before, store_state(a.store))
     found += Found((in_use,) if in_use else ())
