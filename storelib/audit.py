@@ -817,11 +817,11 @@ def _truncate_finding(segments: list[SegmentFacts], restart: Restart, how: str, 
 # --- IndexFile ------------------------------------------------------------------------------
 
 
-def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(entry number, keyHash, commitlog offset) of the entries within the header's indexCount."""
+def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray]:
+    """(keyHash, commitlog offset) of the entries within the header's indexCount: entry ``n`` at ``n - 1``."""
     count = max(1, min(reader.header.index_count, len(reader.entries)))
     e = reader.entries[1:count]
-    return np.arange(1, count, dtype=np.int64), e["key_hash"].astype(np.int32), e["phy_offset"].astype(np.int64)
+    return e["key_hash"].astype(np.int32), e["phy_offset"].astype(np.int64)
 
 
 def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) -> list[Finding]:
@@ -928,6 +928,8 @@ def _header(data: bytes) -> tuple[int, ...]:
 #: splitmix64's constants: a pair's sampling hash, the same in every task whatever the partitioning
 _GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _LOW32 = 0xFFFFFFFF
+#: 2**32 / the golden ratio: a pair's part (PairPart)
+_GOLDEN32 = 0x9E3779B1
 
 
 def index_range_bounds(starts: Iterable[int]) -> np.ndarray:
@@ -977,6 +979,39 @@ def sample_threshold(index_sample: int, entries: int) -> int:
     return 1 << 64 if entries <= index_sample else (index_sample << 64) // entries
 
 
+@dataclasses.dataclass(frozen=True)
+class PairPart:
+    """Part ``number`` of ``parts`` of a commitlog range's entries, chosen by their (keyHash, commitlog offset) pair.
+
+    Whether a live entry is a rebuilt one and whether a rebuilt pair is reachable in a live file are decided pair by
+    pair (reachability is judged over the whole file, entry by entry), so a range's comparison is exactly the sum of
+    its parts' (counts added, the lowest entry and pair kept): a big range is compared by several tasks at once.
+
+    The part is a Fibonacci hash of the pair scaled to ``parts``: not of keyHash alone, as a key on every message
+    (the bench store's: one keyHash of 1.5M pairs) would keep its pairs in one part; nor keyHash mod ``parts``, as
+    String.hashCode keeps a key's last characters in its low bits.
+    """
+
+    number: int = 0
+    parts: int = 1
+
+    def within(self, key_hash: np.ndarray, phy: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """``mask`` of the entries (``key_hash`` int32, ``phy`` int64), narrowed to this part's pairs."""
+        if self.parts == 1:
+            return mask
+        mixed = phy.astype(np.uint32)  # the offset's low 32 bits
+        mixed += key_hash.view(np.uint32)
+        mixed *= np.uint32(_GOLDEN32)  # wraps: the low 32 bits of the product
+        mixed >>= 16
+        mixed *= self.parts
+        mixed >>= 16  # (the top 16 bits * parts) >> 16: in 0 .. parts - 1, near-equal shares
+        return mask & (mixed == self.number)
+
+
+#: a range compared whole, in one part
+WHOLE_RANGE = PairPart()
+
+
 @dataclasses.dataclass
 class IndexPart:
     """One file's entries within a commitlog range: entry numbers, keyHash, commitlog offset, and for a live
@@ -989,10 +1024,16 @@ class IndexPart:
     reachable: np.ndarray | None = None
 
     @classmethod
-    def of(cls, reader: IndexFileReader, keep: Callable[[np.ndarray], np.ndarray], reach: bool) -> IndexPart:
-        """The entries within indexCount whose commitlog offsets ``keep`` selects."""
-        _, key_hash, phy = index_entries(reader)
-        mask = keep(phy)
+    def of(
+        cls,
+        reader: IndexFileReader,
+        keep: Callable[[np.ndarray], np.ndarray],
+        reach: bool,
+        part: PairPart = WHOLE_RANGE,
+    ) -> IndexPart:
+        """The entries within indexCount whose commitlog offsets ``keep`` selects, of ``part``."""
+        key_hash, phy = index_entries(reader)
+        mask = part.within(key_hash, phy, keep(phy))
         reachable = lookup_reachable(reader)[mask] if reach else None
         return cls(reader.file, np.flatnonzero(mask) + 1, key_hash[mask], phy[mask], reachable)
 

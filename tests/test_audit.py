@@ -280,7 +280,7 @@ def test_lowered_index_count_is_inconsistent_with_slots_and_entries() -> None:
 def _reachable_pairs(readers: list[IndexFileReader]) -> set[tuple[int, int]]:
     out = set()
     for r in readers:
-        _, key_hash, phy = index_entries(r)
+        key_hash, phy = index_entries(r)
         reach = lookup_reachable(r)
         out |= set(zip(key_hash[reach].tolist(), phy[reach].tolist()))
     return out

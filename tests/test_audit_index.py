@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from storelib.audit import (
     EntryScope,
     IndexPart,
+    PairPart,
+    RangeComparison,
     compare_index_range,
     differing_bytes,
     index_range_bounds,
@@ -161,6 +163,80 @@ def test_ranges_give_the_sets_answer_whatever_the_damage(messages, damage, start
             live[k] = put(live[k], at, ">q" if field == 1 else ">i", value)
     bounds = [struct.unpack_from(">q", d, 16)[0] for d in rebuilt] + starts
     assert compared(live, rebuilt, bounds, from_offset) == expected(live, rebuilt, from_offset)
+
+
+def split_and_summed(live: list[bytes], rebuilt: list[bytes], keep, threshold: int, parts: int) -> RangeComparison:
+    """One range compared in ``parts`` parts of its pairs, the results summed as the audit's driver sums them
+    (jobs.pipeline.audit_index: counts added, per live file the lowest bad entry, the lowest missed pair)."""
+    results = []
+    for g in range(parts):
+        part = PairPart(g, parts)
+        live_parts = [IndexPart.of(IndexFileReader(d, CFG, str(i)), keep, True, part) for i, d in enumerate(live)]
+        built = [IndexPart.of(IndexFileReader(d, CFG), keep, False, part) for d in rebuilt]
+        results.append(compare_index_range(live_parts, built, threshold))
+    bad: dict = {}
+    for r in results:
+        for name, b in r.bad.items():
+            bad[name] = bad[name] + b if name in bad else b
+
+    def total(missing: list) -> object:
+        return sum(missing[1:], missing[0]) if missing else None
+
+    return RangeComparison(
+        sum(r.entries_checked for r in results),
+        bad,
+        sum(r.keys_total for r in results),
+        sum(r.keys_sampled for r in results),
+        total([r.missing for r in results if r.missing]),
+        total([r.missing_sampled for r in results if r.missing_sampled]),
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=3)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 10), st.integers(0, 11), st.integers(0, 4), st.integers(-5, 5_000)), max_size=4),
+    st.integers(2, 5),
+    st.integers(1, 60),
+    st.integers(0, 2_000),
+)
+def test_a_range_in_parts_of_its_pairs_sums_to_the_whole_range(messages, damage, parts, sample, from_offset) -> None:
+    """Random messages, random damage (as above), a random sample and scope: a range compared in 2-5 parts, summed,
+    is the range compared whole: entries checked, pairs and sampled pairs, bad entries per file (count and first
+    entry) and missed pairs (count and lowest, all and sampled)."""
+    offsets = np.cumsum([gap for gap, _ in messages]).tolist()
+    rebuilt = index_files([(o * 10, keys) for o, (_, keys) in zip(offsets, messages)])
+    live = list(rebuilt)
+    for file, entry, field, value in damage:
+        if live:
+            k = file % len(live)
+            at = [ENTRIES_AT + entry * 20, ENTRIES_AT + entry * 20 + 4, ENTRIES_AT + entry * 20 + 16, SLOTS_AT][
+                field % 4
+            ]
+            at = SLOTS_AT + entry % CFG.maxHashSlotNum * 4 if field == 4 else at
+            live[k] = put(live[k], at, ">q" if field == 1 else ">i", value)
+    scope = EntryScope(from_offset, index_range_bounds([0]))
+
+    def keep(phy: np.ndarray) -> np.ndarray:
+        return scope.in_range(phy, 0)
+
+    threshold = sample_threshold(sample, sum(len(entries_of(d)) for d in rebuilt))
+    assert split_and_summed(live, rebuilt, keep, threshold, parts) == split_and_summed(
+        live, rebuilt, keep, threshold, 1
+    )
+
+
+def test_the_parts_hold_every_pair_once_and_near_equal_shares_of_one_key_s_pairs() -> None:
+    """Every pair in exactly one part; a key on every message (one keyHash) still spread over the parts."""
+    key_hash = np.full(30_000, 123_456, np.int32)
+    key_hash[::3] = np.arange(10_000, dtype=np.int32)
+    phy = np.arange(30_000, dtype=np.int64) // 3 * 723
+    everywhere = np.ones(len(phy), dtype=bool)
+    held = [PairPart(g, 4).within(key_hash, phy, everywhere) for g in range(4)]
+    assert (sum(h.astype(int) for h in held) == 1).all()
+    assert all(abs(int(h.sum()) - len(phy) / 4) < len(phy) / 40 for h in held)
+    one_key = key_hash == 123_456
+    assert all(abs(int((h & one_key).sum()) - one_key.sum() / 4) < one_key.sum() / 40 for h in held)
 
 
 def test_the_sample_is_a_fraction_of_the_pairs_whatever_the_ranges() -> None:

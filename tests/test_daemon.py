@@ -63,3 +63,20 @@ def test_the_workers_numpy_does_not_ask_for_huge_pages(spark) -> None:
         yield _get_madvise_hugepage()
 
     assert spark.sparkContext.parallelize([0], 1).mapPartitions(asks).collect() == [False]
+
+
+def test_a_worker_s_big_arrays_reuse_the_heap(spark) -> None:
+    """udfs.daemon.keep_heap: a 48 MB array freed, the next one takes its pages (no page faulted in again)."""
+
+    def faults(_: object) -> object:
+        import resource
+
+        import numpy as np
+
+        np.ones(6_000_000, np.int64).sum()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        np.ones(6_000_000, np.int64).sum()
+        yield resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    (faulted,) = spark.sparkContext.parallelize([0], 1).mapPartitions(faults).collect()
+    assert faulted < 1_000  # 11,719 pages when mapped anew

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.pipeline.tasks import TASK_BYTES, packed, task_count
+from jobs.pipeline.tasks import TASK_BYTES, packed, shares, task_count
 
 
 def test_the_cores_bound_a_small_store_and_the_bytes_a_big_one() -> None:
@@ -30,3 +30,10 @@ def test_every_unit_once_in_order_and_no_task_much_heavier_than_the_mean(weights
 
 def test_hand_checked_packing() -> None:
     assert packed(["a", "b", "c", "d"], [5, 1, 4, 2], 2) == [["a", "b"], ["c", "d"]]
+
+
+def test_a_unit_heavier_than_a_core_s_share_is_split_into_its_shares() -> None:
+    assert shares([1073, 10], cores=2) == [2, 1]  # the bench store's two commitlog ranges
+    assert shares([100, 100], cores=2) == [1, 1]  # a core's share each: whole
+    assert shares([1000, 1, 1], cores=8) == [8, 1, 1]
+    assert shares([0, 0], cores=2) == [1, 1] and shares([], cores=2) == []

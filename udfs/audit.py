@@ -14,8 +14,10 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from storelib.audit import (
+    WHOLE_RANGE,
     EntryScope,
     IndexPart,
+    PairPart,
     QueueAudit,
     RangeComparison,
     check_index_header,
@@ -123,7 +125,7 @@ def audit_index_file(
     at = IndexPosition(position, live_name, rebuilt_name)
     built = None if rebuilt_name is None else _map(rebuilt, index_file(rebuilt_name))
     if built is not None:
-        in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[2]).sum())
+        in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[1]).sum())
         at = dataclasses.replace(at, rebuilt_entries=in_scope)
     if live_name is None:
         why = f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not"
@@ -138,7 +140,7 @@ def audit_index_file(
     except StoreFormatError as exc:
         findings = [finding("index-header-inconsistent", rel, exc.reason)]
     else:
-        at = dataclasses.replace(at, header=reader.header, ranges=tuple(entries.ranges(index_entries(reader)[2])))
+        at = dataclasses.replace(at, header=reader.header, ranges=tuple(entries.ranges(index_entries(reader)[1])))
         findings = check_index_header(rel, reader, cfg)
     if built is None:
         findings.append(
@@ -151,19 +153,20 @@ def audit_index_file(
 
 @dataclasses.dataclass(frozen=True)
 class IndexRangeTask:
-    """One commitlog range (its number in the audit's EntryScope) and the live and rebuilt IndexFiles with entries
-    there."""
+    """One commitlog range (its number in the audit's EntryScope), the live and rebuilt IndexFiles with entries
+    there, and the part of its pairs compared (storelib.audit.PairPart)."""
 
     range: int
     live: tuple[str, ...]
     rebuilt: tuple[str, ...]
+    part: PairPart = WHOLE_RANGE
 
 
 def audit_index_range(
     task: IndexRangeTask, store: str, rebuilt: str, cfg: BrokerConfig, entries: EntryScope, threshold: int
 ) -> RangeComparison:
-    """One commitlog range: the live entries against the rebuilt ones and the broker's lookup
-    (storelib.audit.compare_index_range)."""
+    """One commitlog range, or a part of its pairs: the live entries against the rebuilt ones and the broker's
+    lookup (storelib.audit.compare_index_range)."""
 
     def parts(root: str, names: tuple[str, ...], reach: bool) -> list[IndexPart]:
         out = []
@@ -172,7 +175,7 @@ def audit_index_range(
                 reader = IndexFileReader(_map(root, index_file(name)), cfg, name)
             except (OSError, StoreFormatError):
                 continue  # reported by audit_index_file
-            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task.range), reach))
+            out.append(IndexPart.of(reader, lambda phy: entries.in_range(phy, task.range), reach, task.part))
         return out
 
     return compare_index_range(parts(store, task.live, True), parts(rebuilt, task.rebuilt, False), threshold)

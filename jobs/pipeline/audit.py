@@ -5,9 +5,10 @@
    given): the rebuild's scan rules, whether the rebuilt index still describes these records (rebuilt-stale,
    by fingerprint), and what the broker's recovery would do with the log (jobs.pipeline.audit_log);
 3. ConsumeQueue: one task per queue reads the live and rebuilt files and classifies the queue;
-4. IndexFile: one task per file position (headers, bytes); then one task per commitlog range: every live
-   entry must be a rebuilt entry (keyHash, commitlog offset); every rebuilt entry must be found by the broker's
-   lookup over the live files (sampled above ``index_sample``);
+4. IndexFile: one task per file position (headers, bytes); then one task per commitlog range, or part of a big
+   range's pairs: every live entry must be a rebuilt entry (keyHash, commitlog offset); every rebuilt entry must
+   be found by the broker's lookup over the live files (sampled above ``index_sample``). Its jobs run on a second
+   driver thread beside 2. and 3., which they do not depend on; only its findings about the log wait for 2.;
 5. report.json and report.html (jobs.pipeline.audit_result, jobs.report.audit_report).
 
 What every stage reads is resolved once into an ``Audit``; each stage returns what it ``Found``.
@@ -18,23 +19,25 @@ Nothing is ever written into the live store.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Mapping
 
-from jobs.pipeline.audit_index import audit_index
-from jobs.pipeline.audit_log import audit_log
+from jobs.pipeline.audit_index import audit_index, compare_index
+from jobs.pipeline.audit_log import LogStart, audit_log
 from jobs.pipeline.audit_queues import audit_queues
 from jobs.pipeline.audit_result import AuditResult, Counts, Recorder, finish
 from jobs.pipeline.context import Found, Run
 from jobs.pipeline.dledger import audit_dledger
 from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
 from jobs.pipeline.rebuild import list_segments, rebuild, scan_segments, settle_rules, store_rules
+from jobs.pipeline.tasks import submit_inheriting
 from storelib.audit import CleanRun, Scope, audit_scope, stale_finding
 from storelib.config import BrokerConfig
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
-from storelib.report import REBUILD_REPORT, RebuildReport
+from storelib.report import REBUILD_REPORT, QueueRow, RebuildReport
 from storelib.segments import Segment, SegmentSummary, damage_findings, judge_ends
 from storelib.versions import BrokerRules
 from udfs.fs import join, read_file, resolve
@@ -153,6 +156,16 @@ def _check_same_rules(rules: BrokerRules, rebuild_report: RebuildReport | None) 
         )
 
 
+def _queues_and_log(a: Audit, found: Found) -> tuple[list[QueueRow], Found, LogStart]:
+    """The queues' rows, then what the broker's next start does with the log given the findings so far (``found``
+    and the queues'); ``found`` with the queues', the log's and DLedger's findings."""
+    queue_rows, found_queues = audit_queues(a)
+    found += found_queues
+    cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
+    log, found_log = audit_log(a, list(found.findings), cq_max)
+    return queue_rows, found + found_log + audit_dledger(a), log
+
+
 def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     """The stages after the parse: the commitlog as it is now, then queues and IndexFiles."""
     segments = list(a.segments)
@@ -162,12 +175,13 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     stale = stale_finding(described, a.summaries)
     if stale:
         return finish(a, found + Found((stale,)), None, Counts(), EXIT_CANNOT)
-    queue_rows, found_queues = audit_queues(a)
-    found += found_queues
-    cq_max = max((r.live_max_physic_offset for r in queue_rows), default=-1)
-    log, found_log = audit_log(a, list(found.findings), cq_max)
-    found += found_log + audit_dledger(a)
-    index_rows, keys, found_index = audit_index(a, log)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # the queues and the log on a second thread, beside the IndexFiles, which need neither; this thread's job is
+        # most often submitted first, so the one long position task takes a core at once (the scheduler is FIFO)
+        queued = submit_inheriting(pool, a.run.spark.sparkContext, _queues_and_log, a, found)
+        compared = compare_index(a)
+        queue_rows, found, log = queued.result()
+    index_rows, keys, found_index = audit_index(compared, log)
     found += found_index
     in_use = in_use_finding(a.before, store_state(a.store))
     found += Found((in_use,) if in_use else ())

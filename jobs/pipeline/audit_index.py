@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import operator
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
-from jobs.pipeline.tasks import run_packed
+from jobs.pipeline.tasks import run_packed, shares, task_slots
 from storelib.audit import (
     BadEntries,
     EntryScope,
+    PairPart,
     RangeComparison,
     index_range_bounds,
     index_repairs,
@@ -34,9 +37,25 @@ if TYPE_CHECKING:
     from jobs.pipeline.audit_log import LogStart
 
 
-def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str, int], Found]:
-    """The per-position rows of the report, the lookup counts, and the IndexFiles' findings and repairs, given what
-    the broker's next start does (``log``).
+@dataclasses.dataclass(frozen=True)
+class IndexCompared:
+    """The IndexFiles compared, all that does not depend on the log (``compare_index``): the live files' names, the
+    listing's findings and what a ``--since-last`` run skips, the first position audited, the per-position rows,
+    the entries' findings and the lookup counts."""
+
+    names: tuple[str, ...]
+    listed: Found
+    first: int = 0
+    rows: tuple[IndexPosition, ...] = ()
+    entries: tuple[Finding, ...] = ()
+    keys: Mapping[str, int] = dataclasses.field(
+        default_factory=lambda: {"keys_total": 0, "keys_checked": 0, "entries_checked": 0}
+    )
+
+
+def compare_index(a: Audit) -> IndexCompared:
+    """The live IndexFiles against the rebuilt ones: per position (headers, bytes), then their entries per commitlog
+    range. It does not depend on the queues' or the log's stages: it runs beside them (jobs.pipeline.audit).
 
     Everything is judged from IndexFile entries (keyHash, commitlog offset): the broker's lookup matches keys
     by keyHash alone, so the rebuilt files' entries are every key of every indexed message, and no second
@@ -46,9 +65,8 @@ def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str,
     rebuilt file ends at or after the scope's start.
     """
     names, listing = list_index(a.store)
-    index = Found(tuple(listing))
+    listed = Found(tuple(listing))
     built, _ = list_index(a.rebuilt)
-    keys_info = {"keys_total": 0, "keys_checked": 0, "entries_checked": 0}
     pairs = [
         (i, names[i] if i < len(names) else None, built[i] if i < len(built) else None)
         for i in range(max(len(names), len(built)))
@@ -57,10 +75,10 @@ def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str,
         ends = {f.name: f.end_phy_offset for f in a.rebuild_report.index_files}
         covering = [p for p in pairs if p[2] is None or ends.get(p[2], a.scope.start) >= a.scope.start]
         what = f"index files with no entry at or after offset {a.scope.start}"
-        index += Found(skipped=a.scope.skipping(len(pairs) - len(covering), what))
+        listed += Found(skipped=a.scope.skipping(len(pairs) - len(covering), what))
         pairs = covering
     if not a.cfg.messageIndexEnable or not pairs:
-        return [], keys_info, index
+        return IndexCompared(tuple(names), listed)
     entries = _entry_scope(a, [p[2] for p in pairs if p[2]])
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
@@ -68,14 +86,23 @@ def audit_index(a: Audit, log: LogStart) -> tuple[list[IndexPosition], dict[str,
     label = "index files (headers, bytes)"
     done = run_packed(a.run, label, pairs, weights, lambda p: audit_index_file(p, store, rebuilt, cfg, entries))
     rows = [row for _, row in done]
-    for r in rows:
-        index += Found(tuple(r.findings) + tuple(_deleted_on_recovery(log, r)))
     compared, keys = _compare_entries(a, rows, entries)
-    index += Found(tuple(compared))
     first = min(pairs[0][0], len(names))
-    positions = [(r.live, r.rebuilt) for r in rows]
-    repairs = index_repairs(positions, list(index.findings), names[first - 1] if first else None)
-    return rows, keys_info | keys, index + Found(repairs=tuple(repairs))
+    return IndexCompared(tuple(names), listed, first, tuple(rows), tuple(compared), keys)
+
+
+def audit_index(c: IndexCompared, log: LogStart) -> tuple[list[IndexPosition], dict[str, int], Found]:
+    """The per-position rows of the report, the lookup counts, and the IndexFiles' findings and repairs, given what
+    the broker's next start does (``log``)."""
+    index = c.listed
+    for r in c.rows:
+        index += Found(tuple(r.findings) + tuple(_deleted_on_recovery(log, r)))
+    if not c.rows:
+        return [], dict(c.keys), index
+    index += Found(c.entries)
+    positions = [(r.live, r.rebuilt) for r in c.rows]
+    repairs = index_repairs(positions, list(index.findings), c.names[c.first - 1] if c.first else None)
+    return list(c.rows), dict(c.keys), index + Found(repairs=tuple(repairs))
 
 
 def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
@@ -93,11 +120,10 @@ def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
     ``index_sample``: one task per commitlog range reading only the files with entries there. The findings and the
     lookup counts."""
-    tasks = _range_tasks(a, rows, entries)
+    tasks, weights = _split(a, _range_tasks(a, rows, entries), entries)
     threshold = sample_threshold(a.index_sample, sum(r.rebuilt_entries for r in rows))
     store, rebuilt, cfg = a.store, a.rebuilt, a.cfg
     label = "index entries (live against rebuilt, key lookups)"
-    weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
 
     def compare(task: IndexRangeTask) -> RangeComparison:
         return audit_index_range(task, store, rebuilt, cfg, entries, threshold)
@@ -122,6 +148,16 @@ def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> li
             for k in range(first, last + 1):
                 built[k].append(f.name)
     return [IndexRangeTask(k, tuple(live[k]), tuple(built[k])) for k in sorted(set(live) | set(built))]
+
+
+def _split(a: Audit, tasks: list[IndexRangeTask], entries: EntryScope) -> tuple[list[IndexRangeTask], list[int]]:
+    """The range tasks with a range bigger than a core's share in parts of its pairs (storelib.audit.PairPart), so
+    one big commitlog segment is compared on every core; each task's weight, its range's bytes over its parts."""
+    weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
+    out = []
+    for t, w, n in zip(tasks, weights, shares(weights, task_slots(a.run.spark.sparkContext))):
+        out += [(dataclasses.replace(t, part=PairPart(g, n)), w // n) for g in range(n)]
+    return [t for t, _ in out], [w for _, w in out]
 
 
 def _deleted_on_recovery(log: LogStart, row: IndexPosition) -> list[Finding]:

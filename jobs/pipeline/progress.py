@@ -48,8 +48,6 @@ class Progress:
             if ticks % 5:  # unchanged: say so every 5th tick only
                 continue
             mb = f", {self.bytes * done / max(1, self.total) / 1e6:,.0f} MB" if self.bytes else ""
-            print(
-                f"  {self.label}: {done}/{self.total} tasks{mb}, {time.monotonic() - self.t0:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+            line = f"  {self.label}: {done}/{self.total} tasks{mb}, {time.monotonic() - self.t0:.0f} s\n"
+            sys.stderr.write(line)  # one write: the lines of stages running at once never interleave
+            sys.stderr.flush()

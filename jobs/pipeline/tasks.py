@@ -8,8 +8,10 @@ than reading queues. Units are packed into as many tasks as the cores, or more w
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from jobs.pipeline.progress import Progress
@@ -25,6 +27,34 @@ TASK_BYTES = 256 << 20
 def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_BYTES) -> int:
     """Tasks for ``units`` units of ``total_bytes``: the cores, more when the bytes ask for it, at most one a unit."""
     return max(1, min(units, max(cores, math.ceil(total_bytes / task_bytes))))
+
+
+def shares(weights: Sequence[int], cores: int) -> list[int]:
+    """In how many pieces each unit is best split so that the work spreads over ``cores``: a unit heavier than a
+    core's share of the total in as many pieces as its shares (rounded up), the others whole."""
+    total = sum(weights)
+    return [max(1, -(-w * cores // total)) if total else 1 for w in weights]
+
+
+def task_slots(sc: Any) -> int:
+    """The tasks the executors run at once (the default resource profile's slots), else ``defaultParallelism``:
+    that is a count of partitions (8 in conf/local.conf on any machine), not of cores."""
+    jsc = sc._jsc.sc()
+    slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    return slots or sc.defaultParallelism
+
+
+def submit_inheriting(pool: Executor, sc: Any, work: Callable[..., Result], *args: Any) -> Future[Result]:
+    """``work(*args)`` on a thread of ``pool``, its jobs with this thread's Spark local properties (job group and
+    description). pyspark's ``inheritable_thread_target`` does as much, but stages are named by their first caller
+    outside pyspark, and its wrapper would name every stage of ``work`` after the pool's thread."""
+    properties = sc._jsc.sc().getLocalProperties().clone()
+
+    def inheriting() -> Result:
+        sc._jsc.sc().setLocalProperties(properties)
+        return work(*args)
+
+    return pool.submit(inheriting)
 
 
 def packed(units: Sequence[Unit], weights: Sequence[int], tasks: int) -> list[list[Unit]]:
@@ -48,5 +78,17 @@ def run_packed(
         return []
     sc = run.spark.sparkContext
     batches = packed(units, weights, task_count(len(units), sum(weights), sc.defaultParallelism))
-    with Progress(run, len(batches), sum(weights), label):
+    with Progress(run, len(batches), sum(weights), label), _call_site(sc, f"{label} at {__file__}"):
         return sc.parallelize(batches, len(batches)).flatMap(lambda b: [(u, work(u)) for u in b]).collect()
+
+
+@contextlib.contextmanager
+def _call_site(sc: Any, site: str) -> Iterator[None]:
+    """The job's call site (its stages' name) ``site``, then none. pyspark names a job after its caller only when no
+    other driver thread is inside an action (its depth counter is per process), else the job keeps its thread's last
+    name or none: with the audit's IndexFile stage on a thread of its own, a packed job was named after another."""
+    sc._jsc.setCallSite(site)
+    try:
+        yield
+    finally:
+        sc._jsc.setCallSite(None)
