@@ -7,7 +7,7 @@ pyspark's own, started light and warm.
   about 0.3 s of CPU per task. When pyspark and py4j import without them (a pip install), the archives are
   left off sys.path, and their importers out of sys.path_importer_cache (``python -m`` made them while it
   looked for this module), before pyspark is first imported.
-- pandas (which pyspark's Arrow serializers import in every worker) and the compiled kernel (numba, numpy)
+- pandas (which pyarrow imports in every worker), the executor modules and the compiled kernel (numba, numpy)
   are loaded once here, before the daemon forks a worker per task slot.
 - What is loaded then is frozen out of the garbage collector (``gc.freeze``): a reused worker runs
   ``gc.collect()`` after every task, which otherwise walked (and so copied, page by page, from the daemon)
@@ -38,10 +38,15 @@ def drop_archives(path: list[str]) -> list[str]:
 
 
 def preload() -> None:
-    """Import what the tasks use and load the kernel (a failure is left for the task to report)."""
+    """Import what the tasks use and load the kernel (a failure is left for the task to report): pandas, which
+    pyarrow imports at a task's first array made from Python values, and the executor modules, which each
+    worker's first task would import again."""
     try:
-        import pandas  # noqa: F401  (pyspark's Arrow serializers import it in every worker)
+        import pandas  # noqa: F401
 
+        import udfs.audit
+        import udfs.parse
+        import udfs.write  # noqa: F401
         from storelib import kernel
 
         kernel.warm_up()

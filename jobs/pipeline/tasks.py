@@ -39,8 +39,13 @@ def shares(weights: Sequence[int], cores: int) -> list[int]:
 def task_slots(sc: Any) -> int:
     """The tasks the executors run at once (the default resource profile's slots), else ``defaultParallelism``:
     that is a count of partitions (8 in conf/local.conf on any machine), not of cores."""
-    jsc = sc._jsc.sc()
-    slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    from py4j.protocol import Py4JError
+
+    try:
+        jsc = sc._jsc.sc()
+        slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Py4JError:  # a Spark without the call: the partitions' count still spreads the work
+        slots = 0
     return slots or sc.defaultParallelism
 
 
