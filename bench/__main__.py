@@ -5,10 +5,12 @@ The real 5.5.0 broker (tests/broker, the suite's harness) writes once, under ``D
 records (a tag, UNIQ_KEY and two keys each, broker default sizes) and a nearly empty store of the same shape
 (bench/broker.py). Each repeat times, each as a new process: a bare Spark process (start, one trivial job,
 stop), the broker's own rebuild of both stores (store.log) and ``rmqstore rebuild`` of both (whole process); the
-last repeat's two rebuilds are compared file by file. The table gives the fastest and the range of each, and the
-issue's ratios: our whole process against the broker's rebuild, our nearly empty store against bare Spark, our
-marginal rate against the broker's. ``--ten-gb``: only one round of the broker's and our rebuild of ten full 1 GiB
-segments (15,000,000 records, written once).
+last repeat's two rebuilds are compared file by file. Every process reads from the page cache (the broker its
+fresh copy, ours the store read once before) and starts with no dirty pages left by the one before it
+(``os.sync``). The table gives the median and the range of each, and the issue's ratios: our whole process
+against the broker's rebuild, our nearly empty store against bare Spark, our marginal rate against the broker's.
+``--ten-gb``: only one round of the broker's and our rebuild of ten full 1 GiB segments (15,000,000 records,
+written once).
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
         session.append(python(SESSION_SPARK)[0])
         for i, store in enumerate(stores):
             theirs[i].append(broker.broker_rebuild(store, runs[i]))
+            read_segments(store / "store")  # from the page cache, as the broker reads its fresh copy
             args = (store / "store", store / "broker.conf", outs[i], master, "--broker-version", broker.VERSION)
             ours[i].append(rebuild_process(*args)[0])
         big, version = stores[0], ("--broker-version", broker.VERSION)
+        read_segments(big / "store")
         audit.append(audit_process(big / "store", big / "broker.conf", root / "audit-report", master, *version))
         print(
             f"round {n + 1}: bare Spark {bare[-1]:.1f} s (our session {session[-1]:.1f} s), "
