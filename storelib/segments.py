@@ -156,41 +156,43 @@ def fingerprint(columns: Iterable[tuple[int, int]], messages: int) -> str:
     return f"crc32:{zlib.crc32(struct.pack(f'>{len(crcs)}I', *crcs)):08x}:{messages}"
 
 
-def _gf2_times(matrix: list[int], vector: int) -> int:
-    out, i = 0, 0
-    while vector:
-        if vector & 1:
-            out ^= matrix[i]
-        vector >>= 1
-        i += 1
-    return out
+#: zlib's CRC-32 polynomial, reflected: bit 31 holds the coefficient of x^0, bit 0 that of x^31
+_CRC_POLY = 0xEDB88320
 
 
-def _gf2_square(matrix: list[int]) -> list[int]:
-    return [_gf2_times(matrix, row) for row in matrix]
+def _mult_mod_p(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC-32 polynomial, both reflected."""
+    product, bit = 0, 1 << 31
+    while a:
+        if a & bit:
+            product ^= b
+            a ^= bit
+        bit >>= 1
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1  # b(x) * x
+    return product
+
+
+def _x_powers() -> list[int]:
+    """x^(2^k) modulo the polynomial, k = 0 .. 63: each the square of the one before."""
+    powers = [1 << 30]  # x^1
+    for _ in range(63):
+        powers.append(_mult_mod_p(powers[-1], powers[-1]))
+    return powers
+
+
+_X_POWERS = _x_powers()
 
 
 def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
-    """zlib's ``crc32_combine``: the crc32 of A + B from crc32(A), crc32(B) and len(B)."""
-    if length2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator of one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four
-    while True:
-        even = _gf2_square(odd)  # one zero byte, then 4, 16, ...
+    """zlib's ``crc32_combine``: the crc32 of A + B from crc32(A), crc32(B) and len(B): crc(A) shifted over
+    len(B) zero bytes (times x^(8 len(B)), the product of x^(2^(k+3)) over the bits k of len(B)), plus crc(B)."""
+    shift, k = 1 << 31, 3  # x^0
+    while length2 > 0:
         if length2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            shift = _mult_mod_p(_X_POWERS[k], shift)
         length2 >>= 1
-        if not length2:
-            break
-        odd = _gf2_square(even)
-        if length2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        length2 >>= 1
-        if not length2:
-            break
-    return crc1 ^ crc2
+        k += 1
+    return _mult_mod_p(shift, crc1) ^ crc2
 
 
 @dataclasses.dataclass(frozen=True)

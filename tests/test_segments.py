@@ -4,11 +4,12 @@ segment cut into byte ranges."""
 from __future__ import annotations
 
 import itertools
+import zlib
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.segments import Piece, Segment, plan_parse_tasks
+from storelib.segments import Piece, Segment, crc32_combine, plan_parse_tasks
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -65,3 +66,14 @@ def test_tasks_keep_offset_order_stay_within_the_target_and_are_as_few_as_greedy
     assert all(len(t) == 1 or sum(s.size for s in t) <= target for t in tasks)
     # the next task's first segment did not fit in the one before: no two neighbours could be one task
     assert all(sum(s.size for s in a) + b[0].size > target for a, b in itertools.pairwise(tasks))
+
+
+@given(st.binary(max_size=600), st.binary(max_size=600))
+def test_crc32_combine_is_zlib_s_crc_of_the_concatenation(a: bytes, b: bytes) -> None:
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_crc32_combine_over_a_range_s_length() -> None:
+    """A 256 MB second part (a parse range): a length of one bit, shifted by x^(2^31) alone."""
+    a, zeros = b"rocketmq", bytes(256 << 20)
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(zeros), len(zeros)) == zlib.crc32(a + zeros)
