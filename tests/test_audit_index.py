@@ -140,16 +140,9 @@ def test_a_healthy_index_has_nothing_bad_and_counts_distinct_pairs() -> None:
     assert got["keys_total"] < sum(len(entries_of(d)) for d in REBUILT)  # u0, u5, ... put twice: one pair
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 40), st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=3)), max_size=40),
-    st.lists(st.tuples(st.integers(0, 10), st.integers(0, 11), st.integers(0, 4), st.integers(-5, 5_000)), max_size=4),
-    st.lists(st.integers(0, 5_000), max_size=4),
-    st.integers(0, 2_000),
-)
-def test_ranges_give_the_sets_answer_whatever_the_damage(messages, damage, starts, from_offset) -> None:
-    """Random messages, random bytes of random live files overwritten (keyHash, offset, prevIndex or a slot),
-    random range bounds and scope: the per-range comparison, summed, is the whole-set answer."""
+def damaged_files(messages: list, damage: list) -> tuple[list[bytes], list[bytes]]:
+    """The rebuilt IndexFiles of ``messages`` (gap, keys) and the live ones: the same with ``damage`` (file, entry,
+    field, value) written over a keyHash, an offset, a prevIndex or a slot."""
     offsets = np.cumsum([gap for gap, _ in messages]).tolist()
     rebuilt = index_files([(o * 10, keys) for o, (_, keys) in zip(offsets, messages)])
     live = list(rebuilt)
@@ -161,6 +154,20 @@ def test_ranges_give_the_sets_answer_whatever_the_damage(messages, damage, start
             ]
             at = SLOTS_AT + entry % CFG.maxHashSlotNum * 4 if field == 4 else at
             live[k] = put(live[k], at, ">q" if field == 1 else ">i", value)
+    return rebuilt, live
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=3)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 10), st.integers(0, 11), st.integers(0, 4), st.integers(-5, 5_000)), max_size=4),
+    st.lists(st.integers(0, 5_000), max_size=4),
+    st.integers(0, 2_000),
+)
+def test_ranges_give_the_sets_answer_whatever_the_damage(messages, damage, starts, from_offset) -> None:
+    """Random messages, random bytes of random live files overwritten (keyHash, offset, prevIndex or a slot),
+    random range bounds and scope: the per-range comparison, summed, is the whole-set answer."""
+    rebuilt, live = damaged_files(messages, damage)
     bounds = [struct.unpack_from(">q", d, 16)[0] for d in rebuilt] + starts
     assert compared(live, rebuilt, bounds, from_offset) == expected(live, rebuilt, from_offset)
 
@@ -204,17 +211,7 @@ def test_a_range_in_parts_of_its_pairs_sums_to_the_whole_range(messages, damage,
     """Random messages, random damage (as above), a random sample and scope: a range compared in 2-5 parts, summed,
     is the range compared whole: entries checked, pairs and sampled pairs, bad entries per file (count and first
     entry) and missed pairs (count and lowest, all and sampled)."""
-    offsets = np.cumsum([gap for gap, _ in messages]).tolist()
-    rebuilt = index_files([(o * 10, keys) for o, (_, keys) in zip(offsets, messages)])
-    live = list(rebuilt)
-    for file, entry, field, value in damage:
-        if live:
-            k = file % len(live)
-            at = [ENTRIES_AT + entry * 20, ENTRIES_AT + entry * 20 + 4, ENTRIES_AT + entry * 20 + 16, SLOTS_AT][
-                field % 4
-            ]
-            at = SLOTS_AT + entry % CFG.maxHashSlotNum * 4 if field == 4 else at
-            live[k] = put(live[k], at, ">q" if field == 1 else ">i", value)
+    rebuilt, live = damaged_files(messages, damage)
     scope = EntryScope(from_offset, index_range_bounds([0]))
 
     def keep(phy: np.ndarray) -> np.ndarray:
