@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from storelib.config import BrokerConfig
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import StoreFormatError
 from storelib.javahash import index_key_hash, java_hash
+
+if TYPE_CHECKING:
+    import mmap
 
 _HEADER = struct.Struct(">qqqqii")
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
@@ -75,14 +79,36 @@ def build_index_file(
     return header, bytes(head) + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
 
 
+def index_file_head_size(entries: int, cfg: BrokerConfig) -> int:
+    """The bytes of an IndexFile before its zeros: the header alone when it has no entry, else the header, the slot
+    table, entry 0 (never used) and entries 1..n."""
+    if entries == 0:
+        return INDEX_HEADER_SIZE
+    return INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + (entries + 1) * INDEX_ENTRY_SIZE
+
+
 def build_index_file_head(
     key_hash: np.ndarray,
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
     cfg: BrokerConfig,
-) -> tuple[IndexHeader, bytes | bytearray]:
-    """The start of one IndexFile (header, slots, used entries) from its entries in put order, one compiled pass.
+) -> tuple[IndexHeader, bytearray]:
+    """The start of one IndexFile (``put_index_file_head`` into a new buffer of ``index_file_head_size``)."""
+    head = bytearray(index_file_head_size(len(key_hash), cfg))
+    return put_index_file_head(head, key_hash, phy_offset, store_timestamp, inherited, cfg), head
+
+
+def put_index_file_head(
+    out: bytearray | memoryview | mmap.mmap,
+    key_hash: np.ndarray,
+    phy_offset: np.ndarray,
+    store_timestamp: np.ndarray,
+    inherited: tuple[int, int],
+    cfg: BrokerConfig,
+) -> IndexHeader:
+    """One IndexFile's header, slots and used entries from its entries in put order, one compiled pass, into
+    ``out``: the file's first ``index_file_head_size`` bytes (or more), zeros.
 
     ``inherited`` is (endPhyOffset, endTimestamp) of the previous file, (0, 0) for the first.
     At most maxIndexNum - 1 entries. The rest of the file, up to ``index_file_size``, is zeros.
@@ -94,26 +120,30 @@ def build_index_file_head(
     inherited_phy, inherited_ts = inherited
     if n == 0:
         header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
-        return header, header.pack()
-    # one buffer for the whole head: header, slot table, entry 0 (never used), entries 1..n; putKey in one pass
-    head = bytearray(INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE + (n + 1) * INDEX_ENTRY_SIZE)
-    out = np.frombuffer(head, dtype=np.uint8)
+        out[:INDEX_HEADER_SIZE] = header.pack()
+        return header
     key_hash, phy_offset, store_timestamp = (_ints(a) for a in (key_hash, phy_offset, store_timestamp))
     entries_at = INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE
     used = kernel.index_head(
-        key_hash, phy_offset, store_timestamp, inherited_ts, out, INDEX_HEADER_SIZE, slots_n, entries_at
+        key_hash,
+        phy_offset,
+        store_timestamp,
+        inherited_ts,
+        np.frombuffer(out, dtype=np.uint8),
+        INDEX_HEADER_SIZE,
+        slots_n,
+        entries_at,
     )
-    slot_count = int(used) if cfg.hashSlotCountRule == "occupied" else n
     header = IndexHeader(
         begin_timestamp=int(store_timestamp[0]),
         end_timestamp=int(store_timestamp[-1]),
         begin_phy_offset=int(phy_offset[0]),
         end_phy_offset=int(phy_offset[-1]),
-        hash_slot_count=slot_count,
+        hash_slot_count=int(used) if cfg.hashSlotCountRule == "occupied" else n,
         index_count=n + 1,
     )
-    head[:INDEX_HEADER_SIZE] = header.pack()
-    return header, head
+    out[:INDEX_HEADER_SIZE] = header.pack()
+    return header
 
 
 def _ints(values: object) -> np.ndarray:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from udfs.fs import join, list_files, read_file, resolve, used_length, write_file
+from udfs.fs import join, list_files, read_file, resolve, used_length, write_file, write_in_place
 
 ZEROS_CHUNK = 8 << 20  # write_file's zero buffer: a size past it needs more than one write
 
@@ -89,3 +89,25 @@ def test_list_files_is_sorted_files_only_and_empty_when_missing(tmp_path: Path) 
         "sub/x",
     ]
     assert list_files(fs, join(root, "missing")) == []
+
+
+def _fill(at: int, marker: bytes):
+    def fill(out) -> int:
+        out[at : at + len(marker)] = marker
+        return len(marker)
+
+    return fill
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_write_in_place_fills_the_head_of_a_zeroed_file_and_a_retry_starts_over(tmp_path: Path, local: bool) -> None:
+    """Local: the file itself is mapped (sparse beyond what the fill wrote); another filesystem: a buffer, then
+    write_file. A second run of the same task leaves only its own bytes."""
+    fs = pafs.LocalFileSystem() if local else pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    path = str(tmp_path / "index" / "f") if local else "index/f"
+    assert write_in_place(fs, path, 1 << 20, 8, _fill(5, b"abc")) == 3
+    assert write_in_place(fs, path, 1 << 20, 8, _fill(1, b"xy")) == 2
+    data = (tmp_path / "index" / "f").read_bytes()
+    assert data == b"\0xy" + bytes((1 << 20) - 3)
+    if local:
+        assert os.stat(tmp_path / "index" / "f").st_blocks * 512 < 1 << 20  # the zeros are a hole

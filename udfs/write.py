@@ -16,8 +16,8 @@ from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.consumequeue import CONSUME_QUEUE, QueueFiles
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
-from storelib.indexfile import IndexHeader, IndexPlan, build_index_file_head, index_file_size
-from udfs.fs import join, resolve, write_file
+from storelib.indexfile import IndexHeader, IndexPlan, index_file_head_size, index_file_size, put_index_file_head
+from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
@@ -174,9 +174,16 @@ def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list
             seg, at = plan.inherited
             last = read_entries(index_scratch_path(scratch, seg), at, at + 1)[0]
             inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
-        header, head = build_index_file_head(e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg)
         fs, root = resolve(out_uri)
-        write_file(fs, join(root, "index", index_part_name(file_no)), head, size)
+        header = write_in_place(
+            fs,
+            join(root, "index", index_part_name(file_no)),
+            size,
+            index_file_head_size(len(e), cfg),
+            lambda out: put_index_file_head(
+                out, e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg
+            ),
+        )
         return {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
