@@ -14,7 +14,6 @@ import dataclasses
 import filecmp
 import hashlib
 import json
-import os
 import re
 import shutil
 import struct
@@ -23,6 +22,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from bench.generated import settle
 from tests.broker import harness
 
 VERSION = "5.5.0"
@@ -120,7 +120,7 @@ def broker_rebuild(store: Path, run_dir: Path) -> float:
     subprocess.run(["cp", "-r", "--sparse=always", str(store / "store"), str(run_dir)], check=True)
     for name in ("consumequeue", "index"):
         shutil.rmtree(run_dir / "store" / name)
-    os.sync()  # the copy written out: the broker does not pay for its writeback (bench.generated.timed)
+    settle()  # the copy written out: the broker does not pay for its writeback (bench.generated.timed)
     with harness.running_broker(VERSION, run_dir, SETTINGS):
         pass
     log = run_dir / "logs" / "rocketmqlogs" / "store.log"

@@ -81,15 +81,32 @@ def raw_read(path: Path) -> tuple[float, int]:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    """Wall seconds of a whole process and its stdout; a failure stops the bench. Dirty pages are written out first
-    (``os.sync``), so a process does not pay for the writeback of the files the one before it wrote."""
-    os.sync()
+    """Wall seconds of a whole process and its stdout; a failure stops the bench. It starts on a settled machine
+    (``settle``), so a process does not pay for the writeback of the files the one before it wrote."""
+    settle()
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     seconds = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return seconds, proc.stdout
+
+
+def settle(quiet: float = 1.0, limit: float = 120.0) -> None:
+    """Dirty pages written out (``os.sync``), then until no disk has read, written, discarded or flushed for
+    ``quiet`` seconds (/proc/diskstats; at most ``limit``): a deleted store's discards and a killed broker's
+    writeback done."""
+    os.sync()
+    stats = Path("/proc/diskstats")
+    if not stats.is_file():
+        return
+    deadline, before = time.monotonic() + limit, None
+    while time.monotonic() < deadline:
+        now = [line.split()[3:] for line in stats.read_text().splitlines()]  # reads, writes, discards, flushes
+        if now == before:
+            return
+        before = now
+        time.sleep(quiet)
 
 
 #: plain pyspark with its own defaults (none of jobs/runtime/session.py's: no class-data archive, no C1, no worker
