@@ -158,6 +158,23 @@ def planned_entries(scratch: str, plan: IndexPlan) -> np.ndarray:
     return out
 
 
+def write_index_file(
+    out_uri: str, file_no: int, entries: np.ndarray, inherited: tuple[int, int], cfg: BrokerConfig
+) -> IndexHeader:
+    """IndexFile ``file_no`` under ``out_uri``/index from its ``entries`` (INDEX_ENTRY_DTYPE, in put order; none
+    for the broker's empty successor file), its head built in place (udfs.fs.write_in_place); its header."""
+    fs, root = resolve(out_uri)
+    return write_in_place(
+        fs,
+        join(root, "index", index_part_name(file_no)),
+        index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum),
+        index_file_head_size(len(entries), cfg),
+        lambda out: put_index_file_head(
+            out, entries["key_hash"], entries["commitlog_offset"], entries["store_timestamp"], inherited, cfg
+        ),
+    )
+
+
 def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list[IndexPlan]) -> ArrowMap:
     """``mapInArrow`` over file numbers (``id``): read file k's entries, build it, write it.
 
@@ -165,7 +182,6 @@ def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list
     holding its entries, and the previous file's last entry, whose endPhyOffset/endTimestamp the file starts
     from. Output: one INDEX_SUMMARY_SCHEMA row per file.
     """
-    size = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
 
     def build(file_no: int, plan: IndexPlan) -> dict[str, object]:
         e = planned_entries(scratch, plan)
@@ -174,16 +190,7 @@ def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list
             seg, at = plan.inherited
             last = read_entries(index_scratch_path(scratch, seg), at, at + 1)[0]
             inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
-        fs, root = resolve(out_uri)
-        header = write_in_place(
-            fs,
-            join(root, "index", index_part_name(file_no)),
-            size,
-            index_file_head_size(len(e), cfg),
-            lambda out: put_index_file_head(
-                out, e["key_hash"], e["commitlog_offset"], e["store_timestamp"], inherited, cfg
-            ),
-        )
+        header = write_index_file(out_uri, file_no, e, inherited, cfg)
         return {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

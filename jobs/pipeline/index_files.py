@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+import numpy as np
+
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
@@ -15,18 +17,16 @@ from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
 from storelib.indexfile import (
     IndexHeader,
-    build_index_file_head,
     entries_per_file,
     index_file_plans,
-    index_file_size,
     needs_empty_tail_file,
 )
 from storelib.layout import COMMITLOG, deterministic_index_names
 from storelib.report import IndexFileRecord
 from storelib.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
-from udfs.fs import join, resolve, write_file
-from udfs.schema import INDEX_SUMMARY_SCHEMA
-from udfs.write import index_file_writer, index_header, index_part_name
+from udfs.fs import join, resolve
+from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA
+from udfs.write import index_file_writer, index_header, index_part_name, write_index_file
 
 
 @dataclasses.dataclass
@@ -118,13 +118,7 @@ def write_index_files(
     last = built[-1][1] if built else IndexHeader(end_phy_offset=-1)
     if needs_empty_tail_file(total, cfg.maxIndexNum, last_message > last.end_phy_offset):
         inherited = (last.end_phy_offset, last.end_timestamp) if built else (0, 0)
-        header, head = build_index_file_head([], [], [], inherited, cfg)
-        write_file(
-            fs,
-            join(root, "index", index_part_name(len(plans))),
-            head,
-            index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum),
-        )
+        header = write_index_file(staging, len(plans), np.zeros(0, INDEX_ENTRY_DTYPE), inherited, cfg)
         built.append((header.end_timestamp, header))
     names = deterministic_index_names([first for first, _ in built])
     for file_no, name in enumerate(names):
