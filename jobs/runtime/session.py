@@ -212,16 +212,15 @@ def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.fu
         except BaseException as exc:  # handed to the thread that waits for the session
             future.set_exception(exc)
 
-    threading.Thread(target=_import_converters, daemon=True).start()
     threading.Thread(target=run, name="spark-session", daemon=True).start()
     return future
 
 
 def _import_converters() -> None:
     """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas, ~0.15 s) at the first call
-    into the JVM; imported here, beside the JVM's start, it is not waited for after it. The session's thread holds
-    no import lock when it calls into the JVM, so it only waits for this import; any failure here is left for
-    that first call to meet again."""
+    into the JVM; imported on a thread of its own while a new session's JVM starts, it is not waited for after it.
+    The session's thread holds no import lock when it calls into the JVM, so it only waits for this import; any
+    failure here is left for that first call to meet again."""
     with contextlib.suppress(Exception):
         import pyspark.testing.utils  # noqa: F401
 
@@ -238,6 +237,7 @@ def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
+    threading.Thread(target=_import_converters, daemon=True).start()
     # executors run the same interpreter as the driver, so storelib/udfs import the same way
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
