@@ -6,11 +6,11 @@ records (a tag, UNIQ_KEY and two keys each, broker default sizes) and a nearly e
 (bench/broker.py). Each repeat times, each as a new process: a bare Spark process (start, one trivial job,
 stop), the broker's own rebuild of both stores (store.log) and ``rmqstore rebuild`` of both (whole process); the
 last repeat's two rebuilds are compared file by file. Every process reads from the page cache (the broker its
-fresh copy, ours the store read once before) and starts with no dirty pages left by the one before it
-(``os.sync``). The table gives the median and the range of each, and the issue's ratios: our whole process
-against the broker's rebuild, our nearly empty store against bare Spark, our marginal rate against the broker's.
-``--ten-gb``: only one round of the broker's and our rebuild of ten full 1 GiB segments (15,000,000 records,
-written once).
+fresh copy, ours the store read once before) and starts on a settled disk: no writeback, discard or read left by
+the one before it (``bench.generated.settle``). The table gives the median and the range of each, and the issue's
+ratios: our whole process against the broker's rebuild, our nearly empty store against bare Spark, our marginal
+rate against the broker's. ``--ten-gb``: only one round of the broker's and our rebuild of ten full 1 GiB segments
+(15,000,000 records, written once).
 """
 
 from __future__ import annotations
@@ -116,10 +116,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True, help="cache directory for the stores")
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--repeat", type=int, default=3, help="time each process N times, keep the fastest and the range")
+    p.add_argument("--repeat", type=int, default=3, help="runs per process: median (generated: fastest), range")
     p.add_argument("--stores", default=",".join(s.name for s in STORES), help="generated stores ('' for none)")
     p.add_argument("--no-broker", action="store_true", help="leave out the comparison with the real broker")
-    p.add_argument("--ten-gb", action="store_true", help="only the 10 GB comparison (store: ~17 min once)")
+    p.add_argument("--ten-gb", action="store_true", help="only the 10 GB comparison (store: ~9 min once)")
     args = p.parse_args()
     root = Path(args.dir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
