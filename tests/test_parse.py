@@ -8,13 +8,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storelib.config import BrokerConfig
 from storelib.segments import Piece, Segment, SegmentSummary
 from storelib.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
-from udfs.parse import index_scratch_path, parse_segment, segment_parser, summary_path
+from udfs.parse import coalesce, index_scratch_path, parse_segment, segment_parser, summary_path
 from udfs.schema import INDEX_ENTRY_DTYPE
 
 SEGMENT_SIZE = 4096
@@ -213,3 +215,15 @@ def test_segment_parser_parses_each_task_segment_in_turn(tmp_path: Path) -> None
     )
     with pytest.raises(ValueError, match="mode must be one of"):
         segment_parser(CFG, "rows", str(tmp_path), [])
+
+
+@given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40), max_size=12), st.integers(1, 400))
+def test_coalesce_keeps_the_rows_in_order_in_fewer_batches(sizes: list[list[int]], max_bytes: int) -> None:
+    """Joined batches hold the same rows in the same order; a batch is only closed once it holds max_bytes, so
+    every batch but the last holds at least that much and none holds more than max_bytes plus one input batch."""
+    batches = [pa.RecordBatch.from_pydict({"v": pa.array(v, pa.int64())}) for v in sizes]
+    out = list(coalesce(iter(batches), max_bytes))
+    assert [x for b in out for x in b.column("v").to_pylist()] == [x for v in sizes for x in v]
+    assert all(b.nbytes >= max_bytes for b in out[:-1])
+    assert all(b.nbytes < max_bytes + 8 * 40 for b in out)
+    assert bool(out) == bool(batches)
