@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import os
+import socket
 import sys
 from pathlib import Path
 
 import pyspark
 
-from udfs.daemon import drop_archives
+from udfs.daemon import QuickAckReader, drop_archives, quick_acks
 
 PYSPARK_ZIP = str(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip")
 
@@ -80,3 +83,44 @@ def test_a_worker_s_big_arrays_reuse_the_heap(spark) -> None:
 
     (faulted,) = spark.sparkContext.parallelize([0], 1).mapPartitions(faults).collect()
     assert faulted < 1_000  # 11,719 pages when mapped anew
+
+
+def test_a_quick_ack_reader_reads_what_the_worker_s_reader_holds_then_the_socket() -> None:
+    """Bytes the worker's own buffered reader already took come first, then the socket's, in order; the reads leave
+    the socket acknowledging at once, where a back-and-forth had made Linux delay its acknowledgements."""
+    server = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(server.getsockname())
+    conn, _ = server.accept()
+    with server, sender, conn, os.fdopen(os.dup(conn.fileno()), "rb", 65536) as infile:
+        for _ in range(2):  # a task's result, the next task's command: Linux now delays acknowledgements
+            conn.sendall(b"r")
+            sender.recv(1)
+            sender.sendall(b"c")
+            assert infile.read(1) == b"c"
+        assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 0
+        sender.sendall(b"held" + b"x" * 1000)
+        assert infile.read(4) == b"held"  # the rest now sits in infile's buffer
+        with io.BufferedReader(QuickAckReader(infile)) as reader:
+            sender.sendall(b"y" * 70_000)
+            assert reader.read(71_000) == b"x" * 1000 + b"y" * 70_000
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 1
+
+
+def test_quick_acks_hands_pyspark_s_main_the_reader() -> None:
+    seen = []
+    left, right = socket.socketpair()  # not TCP: the acknowledgement is left as it is
+    with left, right, os.fdopen(os.dup(right.fileno()), "rb") as infile:
+        left.sendall(b"command")
+        quick_acks(lambda i, o: seen.append((i.read(7), o)))(infile, "out")
+    assert seen == [(b"command", "out")]
+
+
+def test_the_session_s_workers_acknowledge_their_reads_at_once(spark) -> None:
+    def main_of_worker(_: object) -> object:
+        import pyspark.daemon
+
+        yield pyspark.daemon.worker_main.__qualname__
+
+    assert spark.sparkContext.parallelize([0], 1).mapPartitions(main_of_worker).collect() == [
+        "quick_acks.<locals>.main"
+    ]

@@ -13,15 +13,22 @@ pyspark's own, started light and warm.
   ``gc.collect()`` after every task, which otherwise walked (and so copied, page by page, from the daemon)
   every object of numba and pandas: ~0.45 s per task.
 - Big arrays come from the heap and their pages are kept for the next ones (``keep_heap``).
+- A worker acknowledges at once what it reads from its socket (``QuickAckReader``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib.machinery
+import io
+import os
+import socket
 import sys
 import traceback
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 ARCHIVES = (".zip", ".jar")
 #: mallopt's parameters (glibc's malloc.h)
@@ -69,6 +76,47 @@ def keep_heap() -> None:
     mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
 
 
+class QuickAckReader(io.RawIOBase):
+    """A worker's reads from its socket, each acknowledged at once (TCP_QUICKACK).
+
+    The JVM writes a task's command and then its input, two writes; Nagle's algorithm holds the second until the
+    first is acknowledged, and Linux delays that acknowledgement by 40 ms when the reader sends nothing back: every
+    task waited 40 ms for its input (32 empty tasks on two cores: 0.95 s, 0.33 s with this). Reads go through the
+    worker's own buffered reader (``read1``), so nothing it already holds is skipped."""
+
+    def __init__(self, infile: BinaryIO) -> None:
+        super().__init__()
+        self._in = infile
+        self._sock = socket.socket(fileno=os.dup(infile.fileno()))
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._in.read1(len(buffer))  # type: ignore[attr-defined]
+        buffer[: len(data)] = data
+        with contextlib.suppress(OSError):  # not a TCP socket: nothing delays its acknowledgements
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        return len(data)
+
+    def close(self) -> None:
+        self._sock.close()
+        super().close()
+
+
+def quick_acks(worker_main: Callable[[BinaryIO, BinaryIO], Any]) -> Callable[[BinaryIO, BinaryIO], Any]:
+    """pyspark's ``worker_main(infile, outfile)`` reading through a QuickAckReader; unchanged where the system has
+    no TCP_QUICKACK (Linux only)."""
+    if not hasattr(socket, "TCP_QUICKACK"):
+        return worker_main
+
+    def main(infile: BinaryIO, outfile: BinaryIO) -> Any:
+        with io.BufferedReader(QuickAckReader(infile)) as reader:
+            return worker_main(reader, outfile)
+
+    return main
+
+
 def leave_archives_out() -> None:
     """sys.path without the archives (``drop_archives``), and no importer of theirs left cached."""
     kept = drop_archives(sys.path)
@@ -82,6 +130,7 @@ if __name__ == "__main__":
     preload()
     keep_heap()
     gc.freeze()
-    from pyspark.daemon import manager
+    import pyspark.daemon
 
-    manager()
+    pyspark.daemon.worker_main = quick_acks(pyspark.daemon.worker_main)
+    pyspark.daemon.manager()
