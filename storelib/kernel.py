@@ -503,27 +503,31 @@ else:
         per entry in put order (prevIndex = the slot's value, then the slot = this entry; slot = keyHash % slots),
         timeDiff = (storeTimestamp - beginTimestamp) // 1000 clamped to [0, INT32_MAX], against the begin before the
         put (``inherited_timestamp`` for entry 1, then entry 1's), 0 when that begin is <= 0. The slot table at
-        ``slots_at``, entry i at ``entries_at`` + 20 i. Returns the number of slots used."""
+        ``slots_at``, entry i at ``entries_at`` + 20 i. Returns the number of slots used.
+
+        The chains first, then the entries: stores into ``out`` between the slot table's random reads made one pass
+        three times slower (4.5M entries: 0.30 s, 0.10 s in two)."""
         table = np.zeros(slots, np.int32)
         used = 0
         n = len(key_hash)
+        prev = np.empty(n, np.int32)
         for i in range(n):
-            h = np.int64(key_hash[i])
-            s = h % slots
-            prev = table[s]
-            if prev == 0:
+            s = np.int64(key_hash[i]) % slots
+            prev[i] = table[s]
+            if prev[i] == 0:
                 used += 1
             table[s] = i + 1
+        for i in range(n):
             begin = inherited_timestamp if i == 0 else np.int64(store_timestamp[0])
             diff = np.int64(0)
             if begin > 0:
                 diff = (np.int64(store_timestamp[i]) - begin) // 1000
                 diff = min(max(diff, 0), INT32_MAX)
             p = entries_at + 20 * (i + 1)
-            _put_i32(out, p, h)
+            _put_i32(out, p, np.int64(key_hash[i]))
             _put_i64(out, p + 4, np.int64(phy_offset[i]))
             _put_i32(out, p + 12, diff)
-            _put_i32(out, p + 16, np.int64(prev))
+            _put_i32(out, p + 16, np.int64(prev[i]))
         for s in range(slots):
             if table[s]:
                 _put_i32(out, slots_at + 4 * s, np.int64(table[s]))
