@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import VERBS, jar_needs, parser
+from jobs.cli import VERBS, jar_needs, main, parser
 from jobs.runtime.jars import JarNeeds
 from storelib.errors import (
     BadInput,
@@ -20,6 +20,7 @@ from storelib.errors import (
     StoreFormatError,
     exit_code,
 )
+from tests.conftest import BROKER_CONF, CLEAN, needs_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the verbs the README documents, each ``rmqstore <verb>`` and ``spark-submit jobs/<verb>.py``
@@ -71,6 +72,17 @@ def test_a_bad_broker_conf_exits_2_with_one_line_and_no_traceback(tmp_path: Path
     assert done.stderr == f"rmqstore {verb}: error: {conf}: mappedFileSizeCommitLog='1g' is not an integer\n"
     assert done.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broker.conf"]  # nothing created
+
+
+@needs_sample
+def test_the_command_leaves_at_once_with_every_line_it_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """jobs.cli.entry ends the process without the interpreter's teardown: what main printed is flushed first."""
+    argv = ["inspect", str(CLEAN), "--broker-config", str(BROKER_CONF)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    done = rmqstore(*argv)
+    assert (done.returncode, done.stdout) == (0, printed)
+    assert printed.count("\n") > 50
 
 
 def test_the_spark_submit_script_ends_the_same_way(tmp_path: Path) -> None:
