@@ -16,7 +16,7 @@ from storelib.segments import Piece, Segment, SegmentSummary
 from storelib.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
-from udfs.parse import coalesce, index_scratch_path, parse_segment, segment_parser, summary_path
+from udfs.parse import coalesce, cq_units_path, index_scratch_path, parse_segment, segment_parser, summary_path
 from udfs.schema import INDEX_ENTRY_DTYPE
 
 SEGMENT_SIZE = 4096
@@ -75,10 +75,13 @@ def reference_units(store: Path) -> dict[tuple[str, int], list[tuple[int, bytes]
 
 def test_cq_runs_are_the_reference_units(segment: Segment, tmp_path: Path) -> None:
     runs, _, _ = parse(segment, "dispatch", tmp_path / "scratch")
+    data = Path(cq_units_path(str(tmp_path / "scratch"), segment.name)).read_bytes()
     got = {}
+    assert sum(run["count"] for run in runs.to_pylist()) * 20 == len(data)
     for run in runs.to_pylist():
-        assert run["segment"] == segment.name and len(run["data"]) == 20 * run["count"]
-        units = [run["data"][i : i + 20] for i in range(0, len(run["data"]), 20)]
+        assert (run["segment"], run["piece"]) == (segment.name, segment.name)
+        at = run["units_at"]
+        units = [data[at + 20 * i : at + 20 * (i + 1)] for i in range(run["count"])]
         got.setdefault((run["topic"], run["queue_id"]), []).extend(
             (run["queue_offset"] + i, u) for i, u in enumerate(units)
         )
@@ -137,6 +140,7 @@ def test_a_task_that_runs_twice_leaves_the_same_files(segment: Segment, tmp_path
         sorted(p.name for p in scratch.iterdir())
         == sorted(files)
         == [
+            f"cq-units-{segment.name}",
             f"index-entries-{segment.name}",
             f"summary-{segment.name}.json",
         ]
@@ -210,8 +214,9 @@ def test_segment_parser_parses_each_task_segment_in_turn(tmp_path: Path) -> None
     runs = pa.Table.from_batches(parser(iter([batch])))
     assert sorted(set(runs.column("segment").to_pylist())) == [first.name, second.name]
     assert sum(runs.column("count").to_pylist()) == sum(len(u) for u in reference_units(store).values())
+    kinds = ("cq-units-{}", "index-entries-{}", "summary-{}.json")
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == sorted(
-        [f"index-entries-{s.name}" for s in (first, second)] + [f"summary-{s.name}.json" for s in (first, second)]
+        kind.format(s.name) for kind in kinds for s in (first, second)
     )
     with pytest.raises(ValueError, match="mode must be one of"):
         segment_parser(CFG, "rows", str(tmp_path), [])

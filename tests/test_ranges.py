@@ -19,7 +19,7 @@ from storelib.commitlog import find_record_start
 from storelib.config import BrokerConfig
 from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary, merge_pieces, plan_parse_tasks
 from tests.builders import encode_segment, msg
-from udfs.parse import index_scratch_path, parse_piece, summary_path
+from udfs.parse import cq_units_path, index_scratch_path, parse_piece, summary_path
 from udfs.schema import INDEX_ENTRY_DTYPE
 
 CFG = BrokerConfig(mappedFileSizeCommitLog=1 << 16)
@@ -117,14 +117,15 @@ def cut(seg: Segment, points: list[int]) -> list[Piece]:
     return [Piece(seg, lo, hi, k, n) for k, (lo, hi) in enumerate(itertools.pairwise(bounds))]
 
 
-def units(rows: pa.Table) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
-    """ConsumeQueue runs as (queue offset, unit) per queue: runs cut at other batch boundaries compare equal."""
+def units(rows: pa.Table, scratch: Path) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """ConsumeQueue runs as (queue offset, 20-byte unit) per queue, read from the pieces' scratch files: runs cut
+    at other piece boundaries compare equal."""
     out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
     for run in rows.to_pylist():
-        data = run["data"]
-        step = len(data) // run["count"]
+        data = Path(cq_units_path(str(scratch), run["piece"])).read_bytes()
+        at = run["units_at"]
         out.setdefault((run["topic"], run["queue_id"]), []).extend(
-            (run["queue_offset"] + i, data[i * step : (i + 1) * step]) for i in range(run["count"])
+            (run["queue_offset"] + i, data[at + 20 * i : at + 20 * (i + 1)]) for i in range(run["count"])
         )
     return out
 
@@ -152,7 +153,7 @@ def test_ranges_give_the_whole_parse_or_say_they_do_not_meet(tmp_path_factory, s
     assert without_rss(merged) == without_rss(serial.summary)
     assert ranged.entries.tobytes() == whole.entries.tobytes()
     if mode == "dispatch":
-        assert units(ranged.rows) == units(whole.rows)
+        assert units(ranged.rows, tmp / "ranged") == units(whole.rows, tmp / "whole")
     else:
         assert ranged.rows.equals(whole.rows)
 

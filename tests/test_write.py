@@ -13,7 +13,7 @@ import pytest
 from storelib.config import BrokerConfig
 from storelib.indexfile import IndexPlan
 from tests.reference import ReferenceIndexFile, index_key_hash
-from udfs.parse import index_scratch_path
+from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE
 from udfs.write import consume_queue_writer, index_file_writer, planned_entries
 
@@ -28,19 +28,18 @@ def unit(i: int) -> bytes:
     return struct.pack(">qiq", 1000 * i, 100 + i, i)
 
 
-def runs(*rows: tuple[str, int, int, list[int]]) -> pa.RecordBatch:
-    """CQ_RUN_SCHEMA rows (topic, queue_id, first queue offset, the units' numbers)."""
+def runs(scratch: Path, piece: str, *rows: tuple[str, int, int, list[int]]) -> pa.RecordBatch:
+    """CQ_RUN_SCHEMA rows (topic, queue_id, first queue offset, the units' numbers), their units in ``piece``'s
+    scratch file, as a parse leaves them (udfs.parse.PieceUnits)."""
+    data = [b"".join(map(unit, u)) for _, _, _, u in rows]
+    at = [sum(map(len, data[:k])) for k in range(len(rows))]
+    scratch.mkdir(parents=True, exist_ok=True)
+    Path(cq_units_path(str(scratch), piece)).write_bytes(b"".join(data))
     return pa.RecordBatch.from_pylist(
         [
-            {
-                "segment": "s",
-                "topic": t,
-                "queue_id": q,
-                "queue_offset": qo,
-                "count": len(u),
-                "data": b"".join(map(unit, u)),
-            }
-            for t, q, qo, u in rows
+            {"segment": "s", "piece": piece, "topic": t, "queue_id": q, "queue_offset": qo, "count": len(u)}
+            | {"units_at": a}
+            for (t, q, qo, u), a in zip(rows, at)
         ],
         schema=CQ_RUN_SCHEMA,
     )
@@ -51,12 +50,12 @@ def files_under(root: Path) -> dict[str, bytes]:
 
 
 def test_consume_queue_writer_writes_each_queue_and_summarizes_it(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    write = consume_queue_writer(str(out), CFG)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    write = consume_queue_writer(str(out), str(scratch), CFG)
     batches = [
-        runs(("Orders", 1, 4, [4, 5]), ("Orders", 1, 6, [6, 7])),  # head expired: starts at queue offset 4
-        runs(("Orders", 1, 8, [8, 9]), ("Orders", 2, 0, [0]), ("Orders", 2, 3, [3])),  # Orders/2: 1 and 2 missing
-        runs(("Orders", 3, 0, [0, 1]), ("Orders", 3, 1, [1]), ("../x", 0, 0, [0])),  # a repeat, a hostile topic
+        runs(scratch, "p0", ("Orders", 1, 4, [4, 5]), ("Orders", 1, 6, [6, 7])),  # head expired: from queue offset 4
+        runs(scratch, "p1", ("Orders", 1, 8, [8, 9]), ("Orders", 2, 0, [0]), ("Orders", 2, 3, [3])),  # 1, 2 missing
+        runs(scratch, "p2", ("Orders", 3, 0, [0, 1]), ("Orders", 3, 1, [1]), ("../x", 0, 0, [0])),  # a repeat, ../x
     ]
     (summary,) = list(write(iter(batches)))
     # entry n lives at byte n*20 of the file named floor(n*20/60)*60; the first file of a queue that starts
@@ -89,11 +88,12 @@ def test_consume_queue_writer_writes_each_queue_and_summarizes_it(tmp_path: Path
     assert [(f["kind"], f["file"], f["topic"]) for f in findings["../x", 0]] == [
         ("hostile-topic-name", "commitlog", "../x")
     ]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing written outside OUT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "scratch"]  # nothing written outside OUT
 
 
 def test_consume_queue_writer_without_runs_yields_nothing(tmp_path: Path) -> None:
-    assert list(consume_queue_writer(str(tmp_path / "out"), CFG)(iter([runs()]))) == []
+    scratch = tmp_path / "scratch"
+    assert list(consume_queue_writer(str(tmp_path / "out"), str(scratch), CFG)(iter([runs(scratch, "p")]))) == []
     assert not (tmp_path / "out").exists()
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: the rebuild's parse output: the ConsumeQueue units of one queue for consecutive queue offsets, as on disk
+#: the rebuild's parse output: a run of ConsumeQueue units of one queue for consecutive queue offsets, as on disk,
+#: in the scratch file of the piece that parsed them (udfs.parse.cq_units_path)
 CQ_RUN_SCHEMA = pa.schema(
     [
         ("segment", pa.string()),  # commitlog file the run comes from
+        ("piece", pa.string()),  # the parse piece whose scratch file holds the units
         ("topic", pa.string()),
         ("queue_id", pa.int32()),
         ("queue_offset", pa.int64()),  # of the run's first unit
-        ("count", pa.int64()),  # units in data
-        ("data", pa.binary()),  # 20-byte ConsumeQueue units
+        ("count", pa.int64()),  # units: 20 bytes each (46 in a BatchCQ topic's queue)
+        ("units_at", pa.int64()),  # where the run's first unit is in the piece's file
     ]
 )
 

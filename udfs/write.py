@@ -18,7 +18,7 @@ from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.indexfile import IndexHeader, IndexPlan, index_file_head_size, index_file_size, put_index_file_head
 from udfs.fs import join, resolve, write_file, write_in_place
-from udfs.parse import index_scratch_path
+from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
@@ -31,6 +31,7 @@ class _QueueWriter:
     def __init__(self, out_uri: str, topic: str, queue_id: int, cfg: BrokerConfig) -> None:
         self.topic, self.queue_id = topic, queue_id
         self.batch = cfg.is_batch_cq(topic)
+        self.unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
         self.dense = cfg.dense_queue_offsets(topic)
         self.files = (
             BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
@@ -47,7 +48,7 @@ class _QueueWriter:
 
     def add_run(self, first_queue_offset: int, units: bytes) -> None:
         """Units of consecutive queue offsets from ``first_queue_offset`` (a BatchConsumeQueue's carry their own)."""
-        unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
+        unit = self.unit
         self.last_commitlog_offset = int.from_bytes(units[-unit : -unit + 8], "big", signed=True)
         if self.refused is None:
             files = self.files.add_run(units) if self.batch else self.files.add_run(first_queue_offset, units)
@@ -92,24 +93,50 @@ class _QueueWriter:
         }
 
 
-def consume_queue_writer(out_uri: str, cfg: BrokerConfig) -> ArrowMap:
+class _PieceFiles:
+    """The parse's unit files (udfs.parse.cq_units_path) a writer task reads runs from, each opened once."""
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+        self.open: dict[str, Any] = {}
+
+    def read(self, piece: str, at: int, size: int) -> bytes:
+        if piece not in self.open:
+            fs, path = resolve(cq_units_path(self.scratch, piece))
+            self.open[piece] = fs.open_input_file(path)
+        data = self.open[piece].read_at(size, at)
+        if len(data) != size:
+            raise EOFError(f"{cq_units_path(self.scratch, piece)}: {size} bytes at {at} asked, {len(data)} there")
+        return data
+
+    def close(self) -> None:
+        for f in self.open.values():
+            f.close()
+
+
+def consume_queue_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap:
     """``mapInArrow`` over runs sorted by (topic, queue_id, queue_offset): write every queue's files.
 
-    Input columns: topic, queue_id, queue_offset (of a run's first unit), count, data (units).
-    Output: one QUEUE_SUMMARY_SCHEMA row per queue.
+    Input columns: topic, queue_id, queue_offset (of a run's first unit), count, and where its units are: piece,
+    units_at (udfs.parse.PieceUnits). Output: one QUEUE_SUMMARY_SCHEMA row per queue.
     """
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: _QueueWriter | None = None
         done: list[dict[str, object]] = []
-        for b in batches:
-            for run in b.to_pylist():
-                key = (run["topic"], run["queue_id"])
-                if current is None or (current.topic, current.queue_id) != key:
-                    if current is not None:
-                        done.append(current.finish())
-                    current = _QueueWriter(out_uri, *key, cfg)
-                current.add_run(run["queue_offset"], run["data"])
+        units = _PieceFiles(scratch)
+        try:
+            for b in batches:
+                for run in b.to_pylist():
+                    key = (run["topic"], run["queue_id"])
+                    if current is None or (current.topic, current.queue_id) != key:
+                        if current is not None:
+                            done.append(current.finish())
+                        current = _QueueWriter(out_uri, *key, cfg)
+                    data = units.read(run["piece"], run["units_at"], run["count"] * current.unit)
+                    current.add_run(run["queue_offset"], data)
+        finally:
+            units.close()
         if current is not None:
             done.append(current.finish())
         if done:

@@ -18,30 +18,21 @@ from udfs.fs import join, resolve
 from udfs.schema import QUEUE_SUMMARY_SCHEMA
 from udfs.write import consume_queue_writer
 
-#: rows per Arrow batch handed to the writers: a run row holds up to a few MB of packed units
-RUN_ROWS_PER_BATCH = 16
 
-
-def write_consume_queues(run: Run, runs: Any, staging: str) -> tuple[list[QueueRecord], list[Finding]]:
-    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse):
-    the queues in (topic, queue id) order, and the writers' findings.
+def write_consume_queues(run: Run, runs: Any, staging: str, scratch: str) -> tuple[list[QueueRecord], list[Finding]]:
+    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse)
+    from the units the parse left in ``scratch``: the queues in (topic, queue id) order, and the writers' findings.
 
     Repartitioned by column, not to a count: spark.sql.shuffle.partitions writers, which adaptive execution
     merges by the bytes the parse produced (one writer task for a nearly empty store).
     """
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = run.spark.conf.get(key, None)
-    run.spark.conf.set(key, str(RUN_ROWS_PER_BATCH))
-    try:
-        written = (
-            appended_at_write_position(runs, run.cfg.appended_topics)
-            .repartition("topic", "queue_id")
-            .sortWithinPartitions("topic", "queue_id", "queue_offset")
-            .mapInArrow(consume_queue_writer(staging, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
-        )
-        rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
-    finally:
-        run.spark.conf.set(key, before) if before is not None else run.spark.conf.unset(key)
+    written = (
+        appended_at_write_position(runs, run.cfg.appended_topics)
+        .repartition("topic", "queue_id")
+        .sortWithinPartitions("topic", "queue_id", "queue_offset")
+        .mapInArrow(consume_queue_writer(staging, scratch, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
+    )
+    rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
     return [_queue_record(r) for r in rows], [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
 
 
@@ -65,9 +56,11 @@ def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
     )
 
 
-def without_segments(run: Run, runs: Any, staging: str, skipped: list[str]) -> tuple[list[QueueRecord], list[Finding]]:
+def without_segments(
+    run: Run, runs: Any, staging: str, scratch: str, skipped: list[str]
+) -> tuple[list[QueueRecord], list[Finding]]:
     """The ConsumeQueues written again without the skipped segments' runs (the rare damaged path)."""
     fs, root = resolve(staging)
     if fs.get_file_info(join(root, "consumequeue")).type == pafs.FileType.Directory:
         fs.delete_dir(join(root, "consumequeue"))
-    return write_consume_queues(run, runs.where(~runs.segment.isin(skipped)), staging)
+    return write_consume_queues(run, runs.where(~runs.segment.isin(skipped)), staging, scratch)

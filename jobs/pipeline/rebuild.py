@@ -134,14 +134,14 @@ def _rebuild(
             args = (run, store, staging, scratch, segments, tasks, findings, on_error, parsed)
             indexing = pool.submit(index_stage, *args)
             try:
-                queues, queue_findings = write_consume_queues(run, runs, staging)
+                queues, queue_findings = write_consume_queues(run, runs, staging, scratch)
             finally:
                 parsed.set()
         indexed = indexing.result()
         summaries, index_files = indexed.summaries, indexed.index_files
         dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:
-            queues, queue_findings = without_segments(run, runs, staging, indexed.skipped)
+            queues, queue_findings = without_segments(run, runs, staging, scratch, indexed.skipped)
         checkpoint = rebuilt_checkpoint(summaries.values(), index_files).with_5x_fields_of(live_checkpoint(store))
         report = build_rebuild_report(
             run.cfg,
