@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from storelib.config import BrokerConfig
-from storelib.indexfile import IndexPlan
+from storelib.indexfile import IndexHeader, IndexPlan
 from tests.reference import ReferenceIndexFile, index_key_hash
 from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE
-from udfs.write import consume_queue_writer, index_file_writer, planned_entries
+from udfs.write import build_index_file, consume_queue_writer, planned_entries
 
 #: ConsumeQueue files of 3 units (60 bytes); IndexFiles of 5 slots and 3 entries
 CFG = BrokerConfig(mappedFileSizeConsumeQueue=60, maxHashSlotNum=5, maxIndexNum=4)
@@ -116,14 +116,13 @@ def test_planned_entries_are_the_slices_in_plan_order_and_a_short_file_is_an_err
         planned_entries(str(tmp_path), IndexPlan((("A", 1, 3),), None))
 
 
-def test_index_file_writer_builds_each_planned_file_like_the_broker(tmp_path: Path) -> None:
+def test_build_index_file_builds_each_planned_file_like_the_broker(tmp_path: Path) -> None:
     scratch, out = tmp_path / "scratch", tmp_path / "out"
     scratch.mkdir()
     write_scratch(scratch, "A", KEYS[:2])
     write_scratch(scratch, "B", KEYS[2:])
     plans = [IndexPlan((("A", 0, 2), ("B", 0, 1)), None), IndexPlan((("B", 1, 3),), ("B", 0))]
-    tasks = pa.RecordBatch.from_pydict({"id": pa.array([0, 1], pa.int64())})
-    rows = [r for b in index_file_writer(str(out), str(scratch), CFG, plans)(iter([tasks])) for r in b.to_pylist()]
+    built = [build_index_file(str(out), str(scratch), CFG, k, plan) for k, plan in enumerate(plans)]
     # the broker: three puts fill file 0; file 1 starts from file 0's end values, so its first entry's
     # timeDiff is 2 s (against file 0's end time), not 0
     first = ReferenceIndexFile(CFG, 0, 0)
@@ -133,10 +132,7 @@ def test_index_file_writer_builds_each_planned_file_like_the_broker(tmp_path: Pa
     for key in KEYS[3:]:
         assert second.put_key(*key)
     assert files_under(out) == {"index/.part-00000000": first.to_bytes(), "index/.part-00000001": second.to_bytes()}
-    columns = ("file_no", "first_store_timestamp", "begin_timestamp", "end_timestamp", "begin_phy_offset")
-    columns += ("end_phy_offset", "hash_slot_count", "index_count")
-    headers = [tuple(r[c] for c in columns) for r in rows]
-    assert headers == [
-        (0, TS, TS, TS + 2500, 100, 300, first.hash_slot_count, 4),
-        (1, TS + 4500, TS + 4500, TS + 9000, 400, 500, second.hash_slot_count, 3),
+    assert built == [
+        (TS, IndexHeader(TS, TS + 2500, 100, 300, first.hash_slot_count, 4)),
+        (TS + 4500, IndexHeader(TS + 4500, TS + 9000, 400, 500, second.hash_slot_count, 3)),
     ]

@@ -62,20 +62,6 @@ QUEUE_SUMMARY_SCHEMA = pa.schema(
     ]
 )
 
-#: one row per IndexFile written by udfs.write.index_file_writer
-INDEX_SUMMARY_SCHEMA = pa.schema(
-    [
-        ("file_no", pa.int64()),
-        ("first_store_timestamp", pa.int64()),  # of its first entry: gives its name
-        ("begin_timestamp", pa.int64()),
-        ("end_timestamp", pa.int64()),
-        ("begin_phy_offset", pa.int64()),
-        ("end_phy_offset", pa.int64()),
-        ("hash_slot_count", pa.int32()),
-        ("index_count", pa.int32()),
-    ]
-)
-
 #: a DLedger index file: built by a rebuild (units written), or a live one compared with it (first_bad, bad)
 DLEDGER_INDEX_SCHEMA = pa.schema(
     [

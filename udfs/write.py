@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from storelib.findings import Finding, finding
 from storelib.indexfile import IndexHeader, IndexPlan, index_file_head_size, index_file_size, put_index_file_head
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
-from udfs.schema import INDEX_ENTRY_DTYPE, INDEX_SUMMARY_SCHEMA, QUEUE_SUMMARY_SCHEMA
+from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -153,11 +152,6 @@ def index_part_name(file_no: int) -> str:
     return f".part-{file_no:08d}"
 
 
-def index_header(row: Any) -> IndexHeader:
-    """The header of an INDEX_SUMMARY_SCHEMA row."""
-    return IndexHeader(**{f.name: getattr(row, f.name) for f in dataclasses.fields(IndexHeader)})
-
-
 def read_entries(uri: str, first: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
     """Entries [first, stop) of a segment's scratch file of IndexFile entries, read straight into ``out`` (a new
     array when None)."""
@@ -202,28 +196,16 @@ def write_index_file(
     )
 
 
-def index_file_writer(out_uri: str, scratch: str, cfg: BrokerConfig, plans: list[IndexPlan]) -> ArrowMap:
-    """``mapInArrow`` over file numbers (``id``): read file k's entries, build it, write it.
-
-    ``plans[k]`` says where they are: the slices of the segments' scratch files (udfs.parse.index_scratch_path)
-    holding its entries, and the previous file's last entry, whose endPhyOffset/endTimestamp the file starts
-    from. Output: one INDEX_SUMMARY_SCHEMA row per file.
-    """
-
-    def build(file_no: int, plan: IndexPlan) -> dict[str, object]:
-        e = planned_entries(scratch, plan)
-        inherited = (0, 0)
-        if plan.inherited:
-            seg, at = plan.inherited
-            last = read_entries(index_scratch_path(scratch, seg), at, at + 1)[0]
-            inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
-        header = write_index_file(out_uri, file_no, e, inherited, cfg)
-        return {"file_no": file_no, "first_store_timestamp": int(e["store_timestamp"][0]), **dataclasses.asdict(header)}
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            rows = [build(k, plans[k]) for k in b.column("id").to_pylist()]
-            if rows:
-                yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SUMMARY_SCHEMA)
-
-    return write
+def build_index_file(
+    out_uri: str, scratch: str, cfg: BrokerConfig, file_no: int, plan: IndexPlan
+) -> tuple[int, IndexHeader]:
+    """IndexFile ``file_no`` under ``out_uri``/index from its entries: ``plan`` says where they are (the slices of the
+    segments' scratch files, udfs.parse.index_scratch_path) and which entry ended the previous file, whose
+    endPhyOffset/endTimestamp this one starts from. Its first entry's store timestamp (which names it) and header."""
+    e = planned_entries(scratch, plan)
+    inherited = (0, 0)
+    if plan.inherited:
+        seg, at = plan.inherited
+        last = read_entries(index_scratch_path(scratch, seg), at, at + 1)[0]
+        inherited = (int(last["commitlog_offset"]), int(last["store_timestamp"]))
+    return int(e["store_timestamp"][0]), write_index_file(out_uri, file_no, e, inherited, cfg)

@@ -26,7 +26,7 @@ from storelib.segments import (
     plan_parse_tasks,
     settle_torn_tail,
 )
-from udfs.fs import read_file, resolve
+from udfs.fs import is_object_store, read_file, resolve
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
 
@@ -102,14 +102,16 @@ def read_summaries(scratch: str, segments: list[Segment], whole: Collection[str]
     return read_parsed(scratch, plan_parse_tasks(segments, TASK_BYTES, whole)).summaries
 
 
-#: seconds between two listings of the scratch directory while the parse runs
-SUMMARY_POLL = 0.1
+#: seconds between two listings of the scratch directory while the parse runs: a local listing costs ~0.1 ms and
+#: the IndexFile job waits for the last summary; an object store's costs a request
+SUMMARY_POLL = {"local": 0.02, "object store": 0.1}
 
 
 def wait_for_summaries(scratch: str, tasks: list[list[Piece]], parsed: threading.Event) -> Parsed:
     """read_parsed once every piece's summary is in ``scratch``; an error when ``parsed`` is set and one is
     still missing (the parse failed: the queue writers' job reports why)."""
     fs, root = resolve(scratch)
+    poll = SUMMARY_POLL["object store" if is_object_store(scratch) else "local"]
     wanted = {posixpath.basename(summary_path(scratch, p.name)) for task in tasks for p in task}
     while True:
         last_look = parsed.is_set()
@@ -118,4 +120,4 @@ def wait_for_summaries(scratch: str, tasks: list[list[Piece]], parsed: threading
             return read_parsed(scratch, tasks)
         if last_look:
             raise RuntimeError(f"the parse left no summary of {len(wanted - found)} piece(s) in {scratch}")
-        parsed.wait(SUMMARY_POLL)
+        parsed.wait(poll)
