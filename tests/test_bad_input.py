@@ -320,8 +320,8 @@ SEGMENT = 64 * 1024
 
 def _judged(tmp_path: Path, data: bytes) -> tuple[list, dict]:
     """One segment parsed as a parse task does (no Spark), its summary settled and judged as the rebuild does."""
-    from jobs.pipeline.rebuild import judge, read_summaries
-    from storelib.segments import Segment
+    from jobs.pipeline.rebuild import judge, read_parsed
+    from storelib.segments import Piece, Segment
     from udfs.parse import parse_segment
 
     path = tmp_path / "commitlog" / "00000000000000000000"
@@ -331,7 +331,7 @@ def _judged(tmp_path: Path, data: bytes) -> tuple[list, dict]:
     cfg = BrokerConfig(mappedFileSizeCommitLog=SEGMENT)
     for _ in parse_segment(seg, cfg, "dispatch", str(tmp_path / "scratch")):
         pass
-    summaries = read_summaries(str(tmp_path / "scratch"), [seg])
+    summaries = read_parsed(str(tmp_path / "scratch"), [[Piece(seg, 0, seg.size)]]).summaries
     findings: list = []
     assert judge([seg], summaries, findings, "stop") == []  # never a DamageStop
     return findings, summaries

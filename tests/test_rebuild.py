@@ -78,7 +78,7 @@ def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_pa
     import jobs.pipeline.parse as parse_module
 
     whole = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "whole"))
-    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
+    monkeypatch.setattr(parse_module, "parse_task_bytes", lambda total, slots: 20_000)
     ranged = rebuild(Run(spark, cfg), str(FIXTURE_DIR / store), str(tmp_path / "ranged"))
     assert ranged.whole == frozenset()
     assert storecopy.tree_digest(tmp_path / "ranged") == storecopy.tree_digest(tmp_path / "whole")
@@ -97,13 +97,13 @@ def test_ranges_that_do_not_meet_are_parsed_whole_with_the_same_findings(spark, 
     seg.write_bytes(bytes(data))
     with pytest.raises(DamageStop) as whole:
         rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
-    monkeypatch.setattr(parse_module, "TASK_BYTES", 20_000)
+    monkeypatch.setattr(parse_module, "parse_task_bytes", lambda total, slots: 20_000)
     with pytest.raises(DamageStop) as ranged:
         rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
     assert ranged.value.findings == whole.value.findings
     result = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"), on_error="skip-segment")
     assert result.whole == frozenset({seg.name})
-    monkeypatch.setattr(parse_module, "TASK_BYTES", 256 << 20)
+    monkeypatch.setattr(parse_module, "parse_task_bytes", lambda total, slots: 256 << 20)
     unranged = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out2"), on_error="skip-segment")
     assert result.report == unranged.report
     assert storecopy.tree_digest(tmp_path / "out") == storecopy.tree_digest(tmp_path / "out2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.pipeline.tasks import TASK_BYTES, packed, shares, task_count
+from jobs.pipeline.tasks import PARSE_TASK_BYTES, TASK_BYTES, packed, parse_task_bytes, shares, task_count
 
 
 def test_the_cores_bound_a_small_store_and_the_bytes_a_big_one() -> None:
@@ -37,3 +37,12 @@ def test_a_unit_heavier_than_a_core_s_share_is_split_into_its_shares() -> None:
     assert shares([100, 100], cores=2) == [1, 1]  # a core's share each: whole
     assert shares([1000, 1, 1], cores=8) == [8, 1, 1]
     assert shares([0, 0], cores=2) == [1, 1] and shares([], cores=2) == []
+
+
+def test_a_parse_task_spreads_the_store_over_the_slots_within_bounds() -> None:
+    low, high = PARSE_TASK_BYTES
+    gib = 1 << 30
+    assert parse_task_bytes(2 * gib, slots=2) == high  # a segment a slot would be 1 GiB: capped
+    assert parse_task_bytes(2 * gib, slots=8) == 256 << 20  # four ranges a segment, one wave
+    assert parse_task_bytes(10 << 20, slots=64) == low  # a small store: no task smaller than its fixed cost
+    assert parse_task_bytes(gib, slots=0) == high  # no slot known: one

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import posixpath
 import time
 import uuid
@@ -47,6 +48,13 @@ class Run:
             self.waited = time.monotonic() - t0
             activate(self.session)
         return self.session
+
+    @functools.cached_property
+    def slots(self) -> int:
+        """The tasks the executors run at once (jobs.pipeline.tasks.task_slots)."""
+        from jobs.pipeline.tasks import task_slots
+
+        return task_slots(self.spark.sparkContext)
 
     @contextlib.contextmanager
     def work_dir(self, beside: str, same_filesystem: bool = False) -> Iterator[str]:

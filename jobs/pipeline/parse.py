@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.progress import Progress
-from jobs.pipeline.tasks import TASK_BYTES  # a parse task: consecutive segments, or a byte range of a bigger one
+from jobs.pipeline.tasks import parse_task_bytes
 from storelib.segments import (
     Piece,
     PieceSummary,
@@ -31,17 +31,23 @@ from udfs.parse import segment_parser, summary_path
 from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
 
 
+def parse_tasks(run: Run, segments: list[Segment], whole: Collection[str] = ()) -> list[list[Piece]]:
+    """The parse's tasks: consecutive segments, or a byte range of a bigger one, of the bytes parse_task_bytes gives
+    the run's task slots (``whole``: segments not cut into ranges)."""
+    return plan_parse_tasks(segments, parse_task_bytes(sum(s.size for s in segments), run.slots), whole)
+
+
 def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:
-    """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task per byte range
-    (``whole``: segments not cut into ranges)."""
-    tasks = plan_parse_tasks(segments, TASK_BYTES, whole)
+    """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task each of
+    ``parse_tasks``."""
+    tasks = parse_tasks(run, segments, whole)
     out = CQ_RUN_SCHEMA if mode == "dispatch" else MESSAGE_SCHEMA
     return numbered_tasks(run, len(tasks)).mapInArrow(segment_parser(run.cfg, mode, scratch, tasks), spark_schema(out))
 
 
 def parse_progress(run: Run, segments: list[Segment], label: str = "parse", whole: Collection[str] = ()) -> Progress:
     """The console progress of parse_store's tasks over ``segments``."""
-    return Progress(run, len(plan_parse_tasks(segments, TASK_BYTES, whole)), sum(s.size for s in segments), label)
+    return Progress(run, len(parse_tasks(run, segments, whole)), sum(s.size for s in segments), label)
 
 
 def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, SegmentSummary]:
@@ -52,7 +58,7 @@ def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, 
         with parse_progress(run, segments, "scan", whole):
             parse_store(run, segments, "dispatch", scratch, whole).write.format("noop").mode("overwrite").save()
         try:
-            return read_summaries(scratch, segments, whole)
+            return read_parsed(scratch, parse_tasks(run, segments, whole)).summaries
         except RangesDisagree as exc:
             whole = exc.parse_whole(whole)
 
@@ -95,11 +101,6 @@ def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
         raise RangesDisagree(disagree)
     entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
     return Parsed(settle_torn_tail(list(segments.values()), merged), entries)  # type: ignore[arg-type]
-
-
-def read_summaries(scratch: str, segments: list[Segment], whole: Collection[str] = ()) -> dict[str, SegmentSummary]:
-    """The SegmentSummary of every segment parse_store(..., ``whole``) parsed into ``scratch``, by segment name."""
-    return read_parsed(scratch, plan_parse_tasks(segments, TASK_BYTES, whole)).summaries
 
 
 #: seconds between two listings of the scratch directory while the parse runs: a local listing costs ~0.1 ms and

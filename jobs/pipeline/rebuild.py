@@ -30,14 +30,14 @@ from jobs.pipeline.dledger import write_index as write_dledger_index
 from jobs.pipeline.index_files import index_stage, judge
 from jobs.pipeline.listing import segment_files
 from jobs.pipeline.output import check_output, in_place, live_checkpoint, publish, rebuilt_checkpoint
-from jobs.pipeline.parse import RangesDisagree, parse_store, read_summaries, scan_segments, wait_for_summaries
+from jobs.pipeline.parse import RangesDisagree, parse_store, read_parsed, scan_segments, wait_for_summaries
 from jobs.pipeline.store_rules import resolve_rules, settle_rules, store_facts, store_rules
 from storelib.config import BrokerConfig
 from storelib.errors import BadInput
 from storelib.findings import Finding
 from storelib.layout import CHECKPOINT
 from storelib.report import REBUILD_REPORT, RebuildReport, build_rebuild_report
-from storelib.segments import Segment, SegmentSummary, plan_parse_tasks, plan_segments
+from storelib.segments import Segment, SegmentSummary, plan_segments
 from udfs.fs import is_object_store, join, resolve, write_file
 
 #: what other modules import from here (the stages' modules hold the rest)
@@ -49,7 +49,7 @@ __all__ = [
     "list_segments",
     "parse_store",
     "publish",
-    "read_summaries",
+    "read_parsed",
     "rebuild",
     "resolve_rules",
     "scan_segments",
@@ -127,7 +127,7 @@ def _rebuild(
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         staging = in_place(out) if is_object_store(out) else f"{near}/out"
         scratch = f"{work}/scratch"
-        tasks = plan_parse_tasks(segments, parse.TASK_BYTES, whole)
+        tasks = parse.parse_tasks(run, segments, whole)
         runs = parse.parse_store(run, segments, "dispatch", scratch, whole)
         parsed = threading.Event()  # set when the queue writers are done (every parse task was then too)
         with parse.parse_progress(run, segments, whole=whole), concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -19,14 +19,23 @@ from jobs.pipeline.progress import Progress
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
 
-#: the bytes a task takes: packed units here, and a parse task (jobs.pipeline.parse: consecutive segments, or a
-#: byte range of a bigger one)
+#: the bytes a task of packed units takes
 TASK_BYTES = 256 << 20
+#: the bounds of a parse task's bytes (jobs.pipeline.parse): a smaller task pays its fixed cost (~50 ms) more often,
+#: a bigger one keeps more ConsumeQueue units until it ends (udfs.parse.PieceUnits: a third of its bytes at most)
+PARSE_TASK_BYTES = (128 << 20, 512 << 20)
 
 
 def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_BYTES) -> int:
     """Tasks for ``units`` units of ``total_bytes``: the cores, more when the bytes ask for it, at most one a unit."""
     return max(1, min(units, max(cores, math.ceil(total_bytes / task_bytes))))
+
+
+def parse_task_bytes(total_bytes: int, slots: int) -> int:
+    """A parse task's bytes: the store's spread over the task slots, within PARSE_TASK_BYTES. Two slots and 2 GiB of
+    segments: 512 MiB, one wave of tasks a segment (256 MiB tasks made two, +0.2 s on 1.5M records)."""
+    low, high = PARSE_TASK_BYTES
+    return min(high, max(low, -(-total_bytes // max(1, slots))))
 
 
 def shares(weights: Sequence[int], cores: int) -> list[int]:
