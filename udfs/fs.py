@@ -174,6 +174,13 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes | bytearray, size: in
             left -= len(_ZEROS)
 
 
+def write_then_move(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """``data`` as ``path``, written under a temporary name first: a task run twice leaves the same file, and a reader
+    never finds half of one."""
+    write_file(fs, path + ".tmp", data)
+    fs.move(path + ".tmp", path)
+
+
 def write_in_place(
     fs: pafs.FileSystem, path: str, size: int, head: int, fill: Callable[[bytearray | mmap.mmap], Result]
 ) -> Result:

@@ -34,7 +34,7 @@ from storelib.dispatch import Dispatch, dispatch_batch, rule_inputs
 from storelib.dledger import entry_damage
 from storelib.segments import FINGERPRINT_COLUMNS, Damage, Piece, PieceSummary, Segment, SegmentSummary, fingerprint
 from storelib.versions import RuleInputs
-from udfs.fs import resolve, write_file
+from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 
 MODES = ("dispatch", "messages")
@@ -42,8 +42,8 @@ MODES = ("dispatch", "messages")
 #: them in the core's cache more often than with 8 MiB (~15% less CPU per record on 723-byte records)
 PARSE_CHUNK = 2 << 20
 #: bytes of rows a parse task hands Spark at a time: each batch handed over costs pyspark's serializer and the
-#: JVM's reader about a millisecond whatever its size (a batch per chunk: 128 for a 256 MiB range, ~0.1 s of a
-#: 0.45 s task); the rows of a 256 MiB range of 723-byte records in dispatch mode (7.4 MB) go in one
+#: JVM's reader about a millisecond whatever its size (message rows, a batch per chunk: 128 for a 256 MiB range;
+#: the runs of a task's consecutive small segments, a batch per segment)
 OUT_BATCH_BYTES = 8 << 20
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -89,7 +89,7 @@ class PieceUnits:
     """The ConsumeQueue units of a piece's batches, kept until the piece ends (its units are ~3% of its bytes at
     723-byte records): then one scratch file in which each queue's units follow one another (``cq_units_path``),
     and one CQ_RUN_SCHEMA row per run of them, whose ``units_at`` says where its bytes are. Spark moves the rows
-    only: units through Arrow, shuffle and sort cost the JVM ~0.3 s of CPU for 1.5M records.
+    only: units through Arrow, shuffle and sort cost the JVM ~0.15 s of CPU for 1.5M records.
 
     ConsumeQueue and LMQ queues get 20-byte units (queue offset = position); a BatchCQ topic's queues get
     46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config).
@@ -118,15 +118,15 @@ class PieceUnits:
 
     def _codes(self, names: list[str]) -> np.ndarray:
         """This piece's codes of a batch's queue names, by the batch's code."""
-        return np.array([self.names.setdefault(n, len(self.names)) for n in names] or [0], np.int32)
+        return np.array([self.names.setdefault(n, len(self.names)) for n in names], np.int32)
 
     def _keep(self, unit: int, *columns: Any) -> None:
         *keys, units = columns
         self.parts[unit].append((*keys, np.frombuffer(units, np.uint8).reshape(-1, unit)))
 
-    def write(self, uri: str, piece: str, segment: str) -> pa.RecordBatch:
-        """Write the units to ``uri`` (under a temporary name, then moved: a task run twice leaves the same file)
-        and return their runs: consecutive queue offsets of one queue, a row each."""
+    def write(self, scratch: str, piece: str, segment: str) -> pa.RecordBatch:
+        """Write the units to ``piece``'s file in ``scratch`` (cq_units_path) and return their runs: consecutive
+        queue offsets of one queue, a row each."""
         names = list(self.names)
         rows: list[tuple[str, int, int, int, int]] = []  # queue name, queue id, first queue offset, count, units_at
         data: list[bytes] = []
@@ -150,9 +150,7 @@ class PieceUnits:
             )
             data.append(units[order].tobytes())
             at += len(order) * unit
-        fs, path = resolve(uri)
-        write_file(fs, path + ".tmp", b"".join(data))
-        fs.move(path + ".tmp", path)
+        write_then_move(*resolve(cq_units_path(scratch, piece)), b"".join(data))
         topic, queue_id, first_offset, count, units_at = zip(*rows) if rows else ((),) * 5
         cols = [
             pa.array([segment] * len(rows), pa.string()),
@@ -338,12 +336,11 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
     if dledger:
         sfs.move(units_path, units_path.removesuffix(".tmp"))
     if mode == "dispatch":
-        runs = queued.write(cq_units_path(scratch, piece.name), piece.name, seg.name)
+        runs = queued.write(scratch, piece.name, seg.name)
         if runs.num_rows:
             yield runs
     _, spath = resolve(summary_path(scratch, piece.name))
-    write_file(sfs, spath + ".tmp", _piece_summary(piece, scanner, tally, end).to_json().encode())
-    sfs.move(spath + ".tmp", spath)
+    write_then_move(sfs, spath, _piece_summary(piece, scanner, tally, end).to_json().encode())
 
 
 def _piece_summary(
