@@ -6,6 +6,7 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -241,3 +242,34 @@ def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_
     found = wait_for_summaries(scratch, tasks, threading.Event())  # polls until the second one lands
     assert sorted(found.summaries) == [s.name for s in segments]
     assert found.entries == [(s.name, s.name, 0) for s in segments]
+
+
+def test_the_index_stage_lists_the_scratch_directory_only_once_it_exists(tmp_path: Path, monkeypatch) -> None:
+    """pyarrow fails a listing that meets the directory being made (by the first parse task), allow_not_found or
+    not: wait_for_summaries makes ``scratch`` before it looks."""
+    import jobs.pipeline.parse as parse_module
+    from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary
+    from udfs.parse import summary_path
+
+    class Listed:
+        """The local filesystem, but a listing of a directory that is not there fails the test."""
+
+        def __init__(self, fs: Any) -> None:
+            self.fs = fs
+
+        def get_file_info(self, selector: Any) -> Any:
+            assert Path(selector.base_dir).is_dir(), f"listed {selector.base_dir} before it was made"
+            return self.fs.get_file_info(selector)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+    resolve = parse_module.resolve
+    monkeypatch.setattr(parse_module, "resolve", lambda uri: (Listed(resolve(uri)[0]), resolve(uri)[1]))
+    seg = Segment(f"file:///s/{0:020d}", f"{0:020d}", 0, 1024)
+    scratch = str(tmp_path / "scratch")  # no parse task has made it yet
+    summary = SegmentSummary(seg.name, "zero-tail", 0, "", 0, 0, 0, 0, 0, -1, 0, "crc32:00000000:0")
+    text = PieceSummary(seg.name, summary, 0, None, False, ()).to_json()
+    threading.Timer(0.1, lambda: Path(summary_path(scratch, seg.name)).write_text(text)).start()
+    found = parse_module.wait_for_summaries(scratch, [[Piece(seg, 0, seg.size)]], threading.Event())
+    assert sorted(found.summaries) == [seg.name]

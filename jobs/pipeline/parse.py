@@ -110,8 +110,12 @@ SUMMARY_POLL = {"local": 0.02, "object store": 0.1}
 
 def wait_for_summaries(scratch: str, tasks: list[list[Piece]], parsed: threading.Event) -> Parsed:
     """read_parsed once every piece's summary is in ``scratch``; an error when ``parsed`` is set and one is
-    still missing (the parse failed: the queue writers' job reports why)."""
+    still missing (the parse failed: the queue writers' job reports why).
+
+    ``scratch`` is made first: a listing while the first parse task makes it fails (pyarrow finds no directory to
+    list, then one that exists, and raises)."""
     fs, root = resolve(scratch)
+    fs.create_dir(root, recursive=True)
     poll = SUMMARY_POLL["object store" if is_object_store(scratch) else "local"]
     wanted = {posixpath.basename(summary_path(scratch, p.name)) for task in tasks for p in task}
     while True:
