@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -237,11 +238,18 @@ def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_
     parsed.set()
     with pytest.raises(RuntimeError, match="no summary of 1 piece"):
         wait_for_summaries(scratch, tasks, parsed)
-    waiter = threading.Timer(0.3, lambda: Path(summary_path(scratch, segments[1].name)).write_text(piece(segments[1])))
+    waiter = threading.Timer(0.3, lambda: _land(summary_path(scratch, segments[1].name), piece(segments[1])))
     waiter.start()
     found = wait_for_summaries(scratch, tasks, threading.Event())  # polls until the second one lands
     assert sorted(found.summaries) == [s.name for s in segments]
     assert found.entries == [(s.name, s.name, 0) for s in segments]
+
+
+def _land(path: str, text: str) -> None:
+    """Write a summary as a parse task does: whole, by rename (a poll must never read it half written)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{path}.part").write_text(text)
+    os.replace(f"{path}.part", path)
 
 
 def test_the_index_stage_lists_the_scratch_directory_only_once_it_exists(tmp_path: Path, monkeypatch) -> None:
@@ -270,6 +278,6 @@ def test_the_index_stage_lists_the_scratch_directory_only_once_it_exists(tmp_pat
     scratch = str(tmp_path / "scratch")  # no parse task has made it yet
     summary = SegmentSummary(seg.name, "zero-tail", 0, "", 0, 0, 0, 0, 0, -1, 0, "crc32:00000000:0")
     text = PieceSummary(seg.name, summary, 0, None, False, ()).to_json()
-    threading.Timer(0.1, lambda: Path(summary_path(scratch, seg.name)).write_text(text)).start()
+    threading.Timer(0.1, lambda: _land(summary_path(scratch, seg.name), text)).start()
     found = parse_module.wait_for_summaries(scratch, [[Piece(seg, 0, seg.size)]], threading.Event())
     assert sorted(found.summaries) == [seg.name]
