@@ -363,13 +363,14 @@ def index_file_plans(counts: list[tuple[str, int]], per_file: int) -> list[Index
 
 
 def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
-    """Which entries (1 .. indexCount - 1) the broker's key lookup can return: those on a slot's chain.
+    """Which entries (1 .. indexCount - 1) the broker's lookup of their own key returns.
 
-    ``IndexFile.selectPhyOffset`` starts at the slot's entry when 0 < slot <= indexCount, stops before an entry
-    whose timeDiff < 0 and after one whose prevIndex is <= 0, > indexCount or itself. A lookup over the whole
-    time range collects every entry of its keyHash on that walk, so a (keyHash, commitlog offset) is found
-    exactly when an entry holding it is reachable here. A chain that comes back to an entry it passed (a
-    cycle) stops there: the broker would loop forever on it.
+    ``IndexFile.selectPhyOffset`` walks only the chain of slot keyHash % slots: it starts at the slot's entry
+    when 0 < slot <= indexCount, stops before an entry whose timeDiff < 0 and after one whose prevIndex is
+    <= 0, > indexCount or itself, and collects the entries of its keyHash. A lookup over the whole time range
+    therefore finds a (keyHash, commitlog offset) exactly when an entry holding it is on that slot's walk; an
+    entry another slot's walk reaches (a damaged prevIndex merged two chains) is not found. A walk that comes
+    back to an entry it passed (a cycle) is taken to stop there: the broker would loop forever on it.
     """
     count = reader.header.index_count
     n = max(1, min(count, len(reader.entries)))  # entries 1 .. n-1 are in the file and within indexCount
@@ -378,5 +379,8 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     slots = np.ascontiguousarray(reader.slots, dtype=np.int64)
     prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int64)
     bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
-    seen = kernel.chain_reachable(slots, prev, bad_time, n)
-    return seen[1:]
+    key_hash = np.ascontiguousarray(reader.entries["key_hash"][:n], dtype=np.int64)
+    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's chains never merge
+    if merged:
+        reach = kernel.walk_reaches(slots, prev, bad_time, key_hash, n)
+    return reach[1:]

@@ -320,6 +320,25 @@ def test_a_broken_chain_hides_the_older_entries_and_a_cycle_stops() -> None:
     assert cyclic[chain[0] - 1] and cyclic[chain[1] - 1] and not cyclic[chain[2] - 1]
 
 
+def test_entries_only_another_slots_walk_passes_are_not_found() -> None:
+    """The chain of one slot cut after its newest entry, and another slot's chain led on into the cut-off
+    entries: the broker's lookup of their keys walks only their own slot, so they are not found."""
+    data = bytearray(next((CLEAN / "index").iterdir()).read_bytes())
+    reader = IndexFileReader(bytes(data), CFG)
+    entries_at = 40 + CFG.maxHashSlotNum * 4
+    chains = []
+    for newest in reader.slots[reader.slots > 0].tolist():
+        chains.append([newest])
+        while int(reader.entries[chains[-1][-1]]["prev_index"]) > 0:
+            chains[-1].append(int(reader.entries[chains[-1][-1]]["prev_index"]))
+    cut, led = sorted(chains, key=len)[-1], sorted(chains, key=len)[0]
+    struct.pack_into(">i", data, entries_at + cut[0] * 20 + 16, 0)
+    struct.pack_into(">i", data, entries_at + led[-1] * 20 + 16, cut[1])
+    reach = lookup_reachable(IndexFileReader(bytes(data), CFG))
+    assert reach[cut[0] - 1] and reach[[e - 1 for e in led]].all()
+    assert not reach[[e - 1 for e in cut[1:]]].any()
+
+
 # --- in Spark ----------------------------------------------------------------------------------
 
 

@@ -168,6 +168,59 @@ def test_slot_chains_match_put_key(key_hash: list[int], slots: int) -> None:
     assert {s: v for s, v in enumerate(table.tolist()) if v} == ref_table
 
 
+def reference_lookup_returns(slots: list[int], prev: list[int], bad_time: list[bool], key_hash: list[int]) -> set[int]:
+    """``IndexFile.selectPhyOffset`` of each slot, statement by statement, a revisited entry ending the walk: the
+    entries of the slot's own keyHashes it passes."""
+    n, out = len(prev), set()
+    for s, at in enumerate(slots):
+        passed: set[int] = set()
+        while 0 < at < n and at not in passed and not bad_time[at]:
+            passed.add(at)
+            if key_hash[at] >= 0 and key_hash[at] % len(slots) == s:
+                out.add(at)
+            at = prev[at] if prev[at] != at else 0
+    return out
+
+
+def damaged_index(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
+    """Slots and entries of a small IndexFile whose prevIndex values point anywhere (merged chains, cycles)."""
+    n = draw(st.integers(1, 40))
+    entry = st.integers(-2, n + 1)
+    slots = draw(st.lists(entry, min_size=1, max_size=6))
+    prev = draw(st.lists(entry, min_size=n, max_size=n))
+    bad_time = draw(st.lists(st.booleans().map(lambda b: b and draw(st.booleans())), min_size=n, max_size=n))
+    key_hash = draw(st.lists(st.integers(-3, 30), min_size=n, max_size=n))
+    return tuple(np.array(v, t) for v, t in zip((slots, prev, bad_time, key_hash), (np.int64,) * 2 + (bool, np.int64)))
+
+
+@settings(deadline=None, max_examples=400)
+@given(st.composite(damaged_index)())
+def test_lookup_walks_return_each_entry_only_from_its_own_slot(index: tuple[np.ndarray, ...]) -> None:
+    """walk_reaches always, slot_walks when no two walks meet, are the statement-by-statement lookups."""
+    slots, prev, bad_time, key_hash = index
+    want = reference_lookup_returns(*(a.tolist() for a in index))
+    assert set(np.flatnonzero(kernel.walk_reaches(slots, prev, bad_time, key_hash, len(prev))).tolist()) == want
+    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, len(prev))
+    assert merged or set(np.flatnonzero(reach).tolist()) == want
+
+
+def test_an_entry_on_another_slots_chain_is_not_returned() -> None:
+    """Entry 1 holds a keyHash of slot 1 but lies on slot 0's chain (2 -> 1): slot 1's lookup (3) misses it."""
+    slots, prev = np.array([2, 3]), np.array([0, 0, 1, 0])
+    bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
+    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, 4)
+    assert not merged and reach.tolist() == [False, False, True, True]
+
+
+def test_merged_walks_are_answered_over_the_whole_walk() -> None:
+    """Slot 1's walk (3) goes on into slot 0's chain (2 -> 1) and returns entry 1, a keyHash of slot 1, which slot
+    0's walk passed first: slot_walks says the walks merged; walk_reaches finds entry 1."""
+    slots, prev = np.array([2, 3]), np.array([0, 0, 1, 1])
+    bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
+    assert kernel.slot_walks(slots, prev, bad_time, key_hash, 4)[1]
+    assert kernel.walk_reaches(slots, prev, bad_time, key_hash, 4).tolist() == [False, True, True, True]
+
+
 # --- caching where executors can write -------------------------------------------------------
 
 CHILD = """
