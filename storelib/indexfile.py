@@ -376,11 +376,11 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     n = max(1, min(count, len(reader.entries)))  # entries 1 .. n-1 are in the file and within indexCount
     if count <= 1:
         return np.zeros(max(0, n - 1), dtype=bool)
-    slots = np.ascontiguousarray(reader.slots, dtype=np.int64)
-    prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int64)
+    slots = np.ascontiguousarray(reader.slots, dtype=np.int32)
+    prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int32)
     bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
-    key_hash = np.ascontiguousarray(reader.entries["key_hash"][:n], dtype=np.int64)
-    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's chains never merge
-    if merged:
+    key_hash = np.ascontiguousarray(reader.entries["key_hash"][:n], dtype=np.int32)
+    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's walks never meet
+    if met:
         reach = kernel.walk_reaches(slots, prev, bad_time, key_hash, n)
     return reach[1:]

@@ -536,9 +536,9 @@ else:
     @njit(cache=True)
     def slot_walks(slots, prev, bad_time, key_hash, n):
         """``IndexFile.selectPhyOffset`` from every slot's entry over entries 0..n-1: which entries a lookup of
-        their own keyHash (slot keyHash % slots) returns, and whether a walk met an entry another slot's walk
-        had passed (``merged``: then the first answer is not exact, see walk_reaches). Each entry is passed once."""
-        owner = np.full(n, -1, np.int32)
+        their own keyHash (slot keyHash % slots) returns. Exact unless ``met``: a walk came to an entry some walk
+        had passed (chains merged, or a cycle: damage only; see walk_reaches). Each entry is passed once."""
+        seen = np.zeros(n, np.bool_)
         reach = np.zeros(n, np.bool_)
         m = len(slots)
         for s in range(m):
@@ -546,11 +546,9 @@ else:
             if at <= 0 or at >= n:
                 continue
             while not bad_time[at]:
-                if owner[at] >= 0:
-                    if owner[at] != s:
-                        return reach, True
-                    break  # a cycle: the walk comes back to an entry it passed
-                owner[at] = s
+                if seen[at]:
+                    return reach, True
+                seen[at] = True
                 reach[at] = key_hash[at] >= 0 and key_hash[at] % m == s
                 nxt = prev[at]
                 if nxt <= 0 or nxt >= n or nxt == at:

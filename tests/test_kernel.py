@@ -200,21 +200,21 @@ def test_lookup_walks_return_each_entry_only_from_its_own_slot(index: tuple[np.n
     slots, prev, bad_time, key_hash = index
     want = reference_lookup_returns(*(a.tolist() for a in index))
     assert set(np.flatnonzero(kernel.walk_reaches(slots, prev, bad_time, key_hash, len(prev))).tolist()) == want
-    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, len(prev))
-    assert merged or set(np.flatnonzero(reach).tolist()) == want
+    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, len(prev))
+    assert met or set(np.flatnonzero(reach).tolist()) == want
 
 
 def test_an_entry_on_another_slots_chain_is_not_returned() -> None:
     """Entry 1 holds a keyHash of slot 1 but lies on slot 0's chain (2 -> 1): slot 1's lookup (3) misses it."""
     slots, prev = np.array([2, 3]), np.array([0, 0, 1, 0])
     bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
-    reach, merged = kernel.slot_walks(slots, prev, bad_time, key_hash, 4)
-    assert not merged and reach.tolist() == [False, False, True, True]
+    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, 4)
+    assert not met and reach.tolist() == [False, False, True, True]
 
 
 def test_merged_walks_are_answered_over_the_whole_walk() -> None:
     """Slot 1's walk (3) goes on into slot 0's chain (2 -> 1) and returns entry 1, a keyHash of slot 1, which slot
-    0's walk passed first: slot_walks says the walks merged; walk_reaches finds entry 1."""
+    0's walk passed first: slot_walks says the walks met; walk_reaches finds entry 1."""
     slots, prev = np.array([2, 3]), np.array([0, 0, 1, 1])
     bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
     assert kernel.slot_walks(slots, prev, bad_time, key_hash, 4)[1]
