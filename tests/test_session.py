@@ -126,6 +126,22 @@ def test_the_archive_is_keyed_by_the_classpath_jars_sizes_and_mtimes(monkeypatch
     assert cds.driver_archive() not in (None, first)
 
 
+def test_a_new_archive_removes_those_of_its_jars_and_of_jars_that_are_gone(tmp_path) -> None:
+    """An archive of the same jars directory (the virtualenv made again there) or of one that no longer exists (a
+    removed checkout) can never be used again; one of another checkout's jars, or without its .jars file, stays."""
+    ours, theirs = tmp_path / "venv" / "jars", tmp_path / "other" / "jars"
+    ours.mkdir(parents=True)
+    theirs.mkdir(parents=True)
+    of = {"new": ours, "same": ours, "other": theirs, "gone": tmp_path / "gone" / "jars", "unnamed": None}
+    for name, jars in of.items():
+        (tmp_path / f"driver-{name}.jsa").write_bytes(b"archive")
+        if jars:
+            (tmp_path / f"driver-{name}.jars").write_text(str(jars))
+    assert cds.prune(tmp_path / "driver-new.jsa") == [tmp_path / "driver-gone.jsa", tmp_path / "driver-same.jsa"]
+    left = sorted(p.name for p in tmp_path.glob("driver-*"))
+    assert left == ["driver-new.jars", "driver-new.jsa", "driver-other.jars", "driver-other.jsa", "driver-unnamed.jsa"]
+
+
 def test_a_run_waits_for_its_session_at_first_use_and_makes_it_active_on_that_thread(spark) -> None:
     """jobs.cli.spark_run: the session starts on a thread of its own; ``Run.spark`` waits for it, keeps its start-up
     seconds and the wait, and makes it the active session of the thread that takes it (the JVM's is per thread)."""

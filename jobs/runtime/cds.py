@@ -7,7 +7,8 @@ generated store: the classes a rebuild loads. It is cached under ``~/.cache/rmq-
 what it is valid for: the java binary (its real path, size and mtime: the JDK release) and the driver's classpath
 (pyspark's jars/ directory, its path and its jars' names, sizes and mtimes, which the JVM checks). A JVM whose
 classpath does not match an archive ignores it, with a warning; ``-Xshare:auto`` (the default) only ever falls back
-to loading classes the normal way.
+to loading classes the normal way. Each archive names its jars directory in a ``.jars`` file beside it: making one
+removes those no JVM can use again (``prune``).
 """
 
 from __future__ import annotations
@@ -35,15 +36,38 @@ def java_binary() -> Path | None:
 
 def driver_archive() -> Path | None:
     """Where the archive for this java and this pyspark's jars is (or would be); None without java."""
-    import pyspark
-
     java = java_binary()
     if java is None or not java.exists():
         return None
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    jars = classpath_jars()
     stat = java.resolve().stat()
     key = [str(java.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(jars), *_jar_stamps(jars)]
     return CACHE / f"driver-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.jsa"
+
+
+def classpath_jars() -> Path:
+    """The driver's classpath: pyspark's jars/ directory."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove the archives other than ``keep`` that no JVM can use again, and say which: those of ``keep``'s jars
+    directory (a virtualenv made again at the same path: its jars' mtimes changed) and those of a jars directory
+    that is gone (a removed checkout). An archive whose ``.jars`` file is missing is left alone."""
+    jars = keep.with_suffix(".jars").read_text()
+    removed = []
+    for other in sorted(keep.parent.glob("driver-*.jsa")):
+        named = other.with_suffix(".jars")
+        if other == keep or not named.is_file():
+            continue
+        of = named.read_text()
+        if of == jars or not Path(of).is_dir():
+            other.unlink(missing_ok=True)
+            named.unlink(missing_ok=True)
+            removed.append(other)
+    return removed
 
 
 def _jar_stamps(jars: Path) -> list[str]:
@@ -91,8 +115,11 @@ def make_archive(archive: Path) -> None:
         jvm.wait(timeout=600)
         if not dump.is_file():
             raise SystemExit(f"the driver JVM wrote no archive at {dump} (exit code {jvm.returncode})")
+        archive.with_suffix(".jars").write_text(str(classpath_jars()))
         shutil.move(dump, archive.with_suffix(".tmp"))
         archive.with_suffix(".tmp").replace(archive)
+    for old in prune(archive):
+        print(f"removed a class-data archive no JVM can use again: {old}")
 
 
 def main() -> int:
