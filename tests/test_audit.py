@@ -299,23 +299,32 @@ def test_reachable_entries_are_what_the_broker_found() -> None:
         assert {(h, o) for o in by_lookup} == {(kh, o) for kh, o in found if kh == h}, q["indexKey"]
 
 
-def test_a_broken_chain_hides_the_older_entries_and_a_cycle_stops() -> None:
-    data = bytearray((CLEAN / "index").iterdir().__next__().read_bytes())
+def _clean_index_chains() -> tuple[bytearray, list[list[int]]]:
+    """The clean fixture's first IndexFile and its slots' chains (entry numbers, newest first), by prevIndex."""
+    data = bytearray(next((CLEAN / "index").iterdir()).read_bytes())
     reader = IndexFileReader(bytes(data), CFG)
     assert lookup_reachable(reader).all()  # a file the broker wrote: every entry is on its slot's chain
-    entries_at = 40 + CFG.maxHashSlotNum * 4
     chains = []
     for newest in reader.slots[reader.slots > 0].tolist():
         chains.append([newest])
         while int(reader.entries[chains[-1][-1]]["prev_index"]) > 0:
             chains[-1].append(int(reader.entries[chains[-1][-1]]["prev_index"]))
+    return data, chains
+
+
+def _set_prev_index(data: bytearray, entry: int, prev: int) -> None:
+    struct.pack_into(">i", data, 40 + CFG.maxHashSlotNum * 4 + entry * 20 + 16, prev)
+
+
+def test_a_broken_chain_hides_the_older_entries_and_a_cycle_stops() -> None:
+    data, chains = _clean_index_chains()
     chain = max(chains, key=len)
     assert len(chain) >= 3
-    struct.pack_into(">i", data, entries_at + chain[0] * 20 + 16, chain[0] + 0)  # prevIndex = itself: the walk ends
+    _set_prev_index(data, chain[0], chain[0])  # prevIndex = itself: the walk ends
     broken = lookup_reachable(IndexFileReader(bytes(data), CFG))
     assert not broken[chain[1] - 1] and broken[chain[0] - 1]
-    struct.pack_into(">i", data, entries_at + chain[1] * 20 + 16, chain[0])  # a two-entry cycle
-    struct.pack_into(">i", data, entries_at + chain[0] * 20 + 16, chain[1])
+    _set_prev_index(data, chain[1], chain[0])  # a two-entry cycle
+    _set_prev_index(data, chain[0], chain[1])
     cyclic = lookup_reachable(IndexFileReader(bytes(data), CFG))  # returns: the walk stops at a revisited entry
     assert cyclic[chain[0] - 1] and cyclic[chain[1] - 1] and not cyclic[chain[2] - 1]
 
@@ -323,17 +332,10 @@ def test_a_broken_chain_hides_the_older_entries_and_a_cycle_stops() -> None:
 def test_entries_only_another_slots_walk_passes_are_not_found() -> None:
     """The chain of one slot cut after its newest entry, and another slot's chain led on into the cut-off
     entries: the broker's lookup of their keys walks only their own slot, so they are not found."""
-    data = bytearray(next((CLEAN / "index").iterdir()).read_bytes())
-    reader = IndexFileReader(bytes(data), CFG)
-    entries_at = 40 + CFG.maxHashSlotNum * 4
-    chains = []
-    for newest in reader.slots[reader.slots > 0].tolist():
-        chains.append([newest])
-        while int(reader.entries[chains[-1][-1]]["prev_index"]) > 0:
-            chains[-1].append(int(reader.entries[chains[-1][-1]]["prev_index"]))
+    data, chains = _clean_index_chains()
     cut, led = sorted(chains, key=len)[-1], sorted(chains, key=len)[0]
-    struct.pack_into(">i", data, entries_at + cut[0] * 20 + 16, 0)
-    struct.pack_into(">i", data, entries_at + led[-1] * 20 + 16, cut[1])
+    _set_prev_index(data, cut[0], 0)
+    _set_prev_index(data, led[-1], cut[1])
     reach = lookup_reachable(IndexFileReader(bytes(data), CFG))
     assert reach[cut[0] - 1] and reach[[e - 1 for e in led]].all()
     assert not reach[[e - 1 for e in cut[1:]]].any()
