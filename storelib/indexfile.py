@@ -373,7 +373,8 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     back to an entry it passed (a cycle) is taken to stop there: the broker would loop forever on it.
 
     A sound file's walks pass each entry once (kernel.slot_walks). Where walks meet (damage), the answer is
-    kernel.walk_reaches': linear time, ~30 bytes of memory an entry (600 MB for a full 20M-entry file).
+    kernel.walk_reaches': linear time, ~40 bytes of memory an entry, its inputs included (800 MB for a full
+    20M-entry file).
     """
     count = reader.header.index_count
     n = max(1, min(count, len(reader.entries)))  # entries 1 .. n-1 are in the file and within indexCount
