@@ -188,7 +188,7 @@ def damaged_index(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
     entry = st.integers(-2, n + 1)
     slots = draw(st.lists(entry, min_size=1, max_size=6))
     prev = draw(st.lists(entry, min_size=n, max_size=n))
-    bad_time = draw(st.lists(st.booleans().map(lambda b: b and draw(st.booleans())), min_size=n, max_size=n))
+    bad_time = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n))  # 1 in 4
     key_hash = draw(st.lists(st.integers(-3, 30), min_size=n, max_size=n))
     return tuple(np.array(v, t) for v, t in zip((slots, prev, bad_time, key_hash), (np.int64,) * 2 + (bool, np.int64)))
 
