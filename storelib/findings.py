@@ -92,6 +92,7 @@ def _timer(severity: str, what: str, at_start: str, repairable: bool = False, st
     meaning = f"{what}: at start the broker {at_start}"
     return Kind(AREA_TIMERS, severity, meaning, repairable, start_fails=start_fails, at_start=at_start)
 
+
 _SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
 
 #: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend

@@ -85,8 +85,10 @@ def walk(data: bytes | memoryview, start: int) -> Walk:
     units = np.frombuffer(data, UNIT_DTYPE, count=n)
     bad = np.flatnonzero((units["size"] != UNIT_SIZE) | ~is_magic_ok(units["magic"]))
     k = int(bad[0]) if len(bad) else n
-    if k == n:
-        return Walk(start, units, k * UNIT_SIZE, END_EOF)
+    if k == n:  # a blank may sit in the last, partial unit (it needs MIN_BLANK_LEN bytes)
+        tail = bytes(data[n * UNIT_SIZE : n * UNIT_SIZE + MIN_BLANK_LEN])
+        blank = len(tail) == MIN_BLANK_LEN and int.from_bytes(tail[12:], "big", signed=True) == BLANK_MAGIC_CODE
+        return Walk(start, units, k * UNIT_SIZE, END_BLANK if blank else END_EOF)
     stop = units[k]
     if stop["magic"] == BLANK_MAGIC_CODE:
         why = END_BLANK

@@ -152,8 +152,8 @@ public class Timers {
                     continue;
                 }
                 long offset = 0;
-                while (offset < max) {
-                    PullResult res = consumer.pull(mq, "*", offset, 32);
+                while (offset < max && System.currentTimeMillis() < deadline + 10_000) {
+                    PullResult res = consumer.pull(mq, "*", offset, 32, 3000);
                     if (res.getPullStatus() == PullStatus.FOUND) {
                         for (MessageExt m : res.getMsgFoundList()) {
                             lines.add(line(mq, m));
@@ -165,6 +165,7 @@ public class Timers {
                     offset = res.getNextBeginOffset();
                 }
             }
+            System.out.println("watch: " + lines.size() + " of " + expect);
             if (lines.size() >= expect || System.currentTimeMillis() > deadline) {
                 break;
             }

@@ -1,0 +1,143 @@
+"""Timers and delay levels judged by the real broker (``pytest -m broker``): the harness's ``timers`` store, stopped
+with 18 timers (due 25-50 s after their send) and 6 level-4 delays (30 s) still pending behind 2,080-byte timerlog
+files, so that their units lie before the broker's own timerlog recovery window.
+
+- the rebuilt timerwheel, timercheck and delay offsets equal the broker's, and the untouched store audits clean;
+- a damaged slot is named in report.json (``timer-slot-wrong``) and recover writes the wheel back byte-equal;
+- timerwheel, delayOffset.json and its .bak lost: report.json names them, recover writes them back (the wheel
+  byte-equal), and a broker started on the store delivers every pending timer and delay once, to its real topic and
+  queue, not before its time, and nothing delivered before the stop again; the broker alone on the same loss is
+  recorded too (tests/broker/timer_figures.json, the table of docs/timers.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.audit import audit
+from jobs.pipeline.context import Run
+from jobs.pipeline.rebuild import rebuild
+from jobs.pipeline.recover import recover
+from storelib.config import load_broker_config
+from storelib.formats import delayoffset, timerwheel
+from tests.broker.fixtures import harness_store
+from tests.broker.harness import read_jsonl
+from tests.broker.timers import copies, delivered
+
+pytestmark = pytest.mark.broker
+VERSION = "5.5.0"
+FIGURES = Path(__file__).parent / "broker" / "timer_figures.json"
+
+
+@pytest.fixture(scope="module")
+def timers_store() -> Path:
+    return harness_store(VERSION, "timers")
+
+
+@pytest.fixture(scope="module")
+def rebuilt(spark, timers_store: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("timers") / "rebuilt"
+    rebuild(_run(spark, timers_store), str(timers_store / "store"), str(out))
+    return out
+
+
+def _run(spark, store: Path) -> Run:
+    cfg = load_broker_config(store / "broker.conf")
+    return Run(spark, cfg.__class__(**{**cfg.to_dict(), "brokerVersion": VERSION}))
+
+
+def _copy(store: Path, tmp_path: Path) -> Path:
+    shutil.copytree(store / "store", tmp_path / "store")
+    shutil.copy(store / "broker.conf", tmp_path / "broker.conf")
+    return tmp_path / "store"
+
+
+def test_the_rebuilt_timer_files_are_the_brokers_and_the_store_audits_clean(
+    spark, timers_store: Path, rebuilt: Path
+) -> None:
+    live = timers_store / "store"
+    assert len(list((live / "timerlog").iterdir())) >= 3  # the pending units lie before the recovery window
+    assert (rebuilt / "timerwheel").read_bytes() == (live / "timerwheel").read_bytes()
+    assert (rebuilt / "config" / "timercheck").read_bytes() == (live / "config" / "timercheck").read_bytes()
+    live_table = delayoffset.parse((live / "config" / "delayOffset.json").read_text())[0]
+    assert delayoffset.parse((rebuilt / "config" / "delayOffset.json").read_text())[0] == live_table
+    timers = json.loads((rebuilt / "rebuild.json").read_text())["timers"]
+    sent = read_jsonl(timers_store / "sent.jsonl")
+    assert timers["counts"]["timers_pending"] == sum(s["kind"] == "timer-pending" for s in sent) == 18
+    assert timers["counts"]["delayed_pending"] == sum(s["kind"] == "delay-pending" for s in sent) == 6
+    result = audit(_run(spark, timers_store), str(live), str(rebuilt), None)
+    assert [f.kind for f in result.findings] == []
+
+
+def test_a_damaged_slot_is_named_and_recover_writes_the_wheel_back(
+    spark, timers_store: Path, rebuilt: Path, tmp_path: Path
+) -> None:
+    store = _copy(timers_store, tmp_path)
+    wheel = bytearray((store / "timerwheel").read_bytes())
+    slots = timerwheel.read_slots(bytes(wheel))
+    used = [int(i) for i in slots.nonzero()[0] if slots["time"][i]]
+    at = used[len(used) // 2] * timerwheel.SLOT_SIZE + 16  # a used slot's lastPos
+    wheel[at : at + 8] = (-1).to_bytes(8, "big", signed=True)
+    (store / "timerwheel").write_bytes(bytes(wheel))
+    run = _run(spark, timers_store)
+    audit(run, str(store), str(rebuilt), str(tmp_path / "report"))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [(f["kind"], f["file"], f["file_offset"]) for f in report["findings"]] == [
+        ("timer-slot-wrong", "timerwheel", at - 16)
+    ]
+    assert recover(run, str(store), str(rebuilt), do_apply=True, backup_dir=tmp_path / "backup") == 0
+    assert (store / "timerwheel").read_bytes() == (timers_store / "store" / "timerwheel").read_bytes()
+
+
+def test_lost_timer_files_recovered_then_every_pending_timer_is_delivered_once(
+    spark, timers_store: Path, rebuilt: Path, tmp_path: Path
+) -> None:
+    sent = read_jsonl(timers_store / "sent.jsonl")
+    before = len(sent) - sum(s["kind"].endswith("-pending") for s in sent)  # delivered before the stop
+    pending = {s["msgId"]: s for s in sent if s["kind"].endswith("-pending")}
+    alone = _lose_timer_files(_copy(timers_store, tmp_path / "alone"))
+    store = _lose_timer_files(_copy(timers_store, tmp_path / "recovered"))
+    run = _run(spark, timers_store)
+    audit(run, str(store), str(rebuilt), str(tmp_path / "report"))
+    kinds = {f["kind"] for f in json.loads((tmp_path / "report" / "report.json").read_text())["findings"]}
+    assert kinds == {"timer-wheel-missing", "schedule-offsets-missing"}
+    assert recover(run, str(store), str(rebuilt), do_apply=True, backup_dir=tmp_path / "backup") == 0
+    assert (store / "timerwheel").read_bytes() == (timers_store / "store" / "timerwheel").read_bytes()
+
+    after = delivered(VERSION, store, before + len(pending), wait_s=90)
+    got = copies(after)
+    assert len(after) == before + len(pending)  # nothing delivered again
+    for msg_id, s in pending.items():
+        (copy,) = got[msg_id]  # once
+        assert (copy["topic"], copy["queueId"]) == (s["topic"], s["queueId"])  # its real topic and queue
+        due = s.get("deliverTimeMs") or s["sentMs"] + 30_000
+        assert copy["storeTimestamp"] >= due - 1000  # not before its time (a delay: its record's store time + 30 s)
+    by_alone = delivered(VERSION, alone, 10**6, wait_s=30)
+    _record(pending, before, after, by_alone)
+    assert sum(msg_id in copies(by_alone) for msg_id in pending) < len(pending)  # the broker alone loses timers
+
+
+def _lose_timer_files(store: Path) -> Path:
+    for name in ("timerwheel", "config/delayOffset.json", "config/delayOffset.json.bak"):
+        (store / name).unlink()
+    return store
+
+
+def _record(pending: dict[str, dict], before: int, after: list[dict], alone: list[dict]) -> None:
+    """tests/broker/timer_figures.json: what the broker delivered after recover and alone (docs/timers.md's table)."""
+
+    def figures(lines: list[dict]) -> dict[str, int]:
+        got = copies(lines)
+        return {
+            "timers_pending": sum(1 for s in pending.values() if s["kind"] == "timer-pending"),
+            "timers_delivered": sum(1 for m, s in pending.items() if s["kind"] == "timer-pending" and m in got),
+            "delays_pending": sum(1 for s in pending.values() if s["kind"] == "delay-pending"),
+            "delays_delivered": sum(1 for m, s in pending.items() if s["kind"] == "delay-pending" and m in got),
+            "delivered_again": len(lines) - before - sum(1 for m in pending if m in got),
+        }
+
+    FIGURES.write_text(json.dumps({VERSION: {"recovered": figures(after), "alone": figures(alone)}}, indent=1) + "\n")
