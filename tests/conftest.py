@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from storelib.config import BrokerConfig, load_broker_config
+from storelib.broker.config import BrokerConfig, load_broker_config
 
 if TYPE_CHECKING:
     from tests.broker.harness import BrokerStore
@@ -77,7 +77,7 @@ def fixture_cfg(fixture_dir: Path) -> BrokerConfig:
 def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_path_factory) -> Path:
     """crashed/ rebuilt once (audit and recover tests); its consumequeue/ and index/ equal clean/'s."""
     from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
+    from jobs.pipeline.rebuild_flow import rebuild
 
     out = tmp_path_factory.mktemp("rebuilt") / "crashed"
     rebuild(Run(spark, fixture_cfg), str(fixture_dir / "crashed"), str(out), on_error="skip-segment")
