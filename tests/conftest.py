@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from storelib.broker.config import BrokerConfig, load_broker_config
 
@@ -15,6 +16,10 @@ if TYPE_CHECKING:
     from tests.broker.harness import BrokerStore
 
 pytest.register_assert_rewrite("tests.reference")  # its assertions explain themselves like a test's
+# A shared or loaded machine runs examples slowly: no per-example deadline, no too-slow health check (the examples
+# and their assertions are the same; only the timing limits go).
+settings.register_profile("loaded-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("loaded-machine")
 
 
 def _fixture_dir() -> Path:
