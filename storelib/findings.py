@@ -319,7 +319,7 @@ KINDS: dict[str, Kind] = {
     "timer-wheel-size": _timer(
         "error",
         "the timerwheel file is not 38,707,200 bytes",
-        "TimerWheel throws 'Timer wheel length' and the broker does not start",
+        "does not start (TimerWheel: 'Timer wheel length')",
         True,
         start_fails="the timerwheel file has the wrong length",
     ),
@@ -333,7 +333,7 @@ KINDS: dict[str, Kind] = {
     "timer-snapshot-wrong": _timer(
         "warning",
         "a timerwheel.<position> snapshot (5.4.0+) that differs from the fold of the timerlog before its position",
-        "with timerWheelSnapshotFlush loads the newest snapshot instead of timerwheel",
+        "loads the newest snapshot instead of timerwheel (with timerWheelSnapshotFlush)",
     ),
     "timer-log-torn": _timer(
         "warning",
@@ -364,8 +364,8 @@ KINDS: dict[str, Kind] = {
     "timer-checkpoint-unreadable": _timer(
         "error",
         "config/timercheck is missing or shorter than its fields",
-        "starts from zero: enqueues rmq_sys_wheel_timer from its first record again and reads the wheel from 7 days "
-        "back, delivering timers again",
+        "enqueues rmq_sys_wheel_timer from its first record again and reads the wheel from 7 days back, "
+        "delivering timers again",
         True,
     ),
     "timer-checkpoint-ahead": _timer(
@@ -389,7 +389,7 @@ KINDS: dict[str, Kind] = {
     "schedule-offsets-unreadable": _timer(
         "error",
         "delayOffset.json and its .bak cannot be read",
-        "ConfigManager.load fails: the broker does not start",
+        "does not start (ConfigManager.load fails)",
         True,
         start_fails="delayOffset.json and its .bak cannot be read",
     ),

@@ -1,6 +1,6 @@
 """The timer store's formats and checks without Spark: hand-made timerlog units and wheel slots, the wheel as the
 fold of the timerlog against a plain replay of doEnqueue (tests/reference.py), delayOffset.json as each fastjson
-writes it, and every timer-* and schedule-* finding on hand-made stores (storelib.timers_audit)."""
+writes it, and every timer-* and schedule-* finding on hand-made stores (storelib.audit.timers)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storelib.audit.timers import Settings, TimerStore, audit_timers, effective_delay_offsets
 from storelib.broker import timers as rules
 from storelib.errors import StoreFormatError
 from storelib.formats import delayoffset, timerlog, timerwheel
 from storelib.formats.timercheck import TimerCheckpoint
-from storelib.timers_audit import Settings, TimerStore, audit_timers, effective_delay_offsets
 from tests import reference
 
 T0 = 1_795_000_000_000  # a time in ms

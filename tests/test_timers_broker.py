@@ -12,20 +12,24 @@ files, so that their units lie before the broker's own timerlog recovery window.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.audit import audit
+from jobs.cli import main
+from jobs.inspect import timers
+from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import rebuild
-from jobs.pipeline.recover import recover
-from storelib.config import load_broker_config
+from jobs.pipeline.rebuild_flow import rebuild, resolve_rules
+from jobs.pipeline.recover_flow import recover
+from storelib.broker.config import load_broker_config
 from storelib.formats import delayoffset, timerwheel
+from storelib.reports.inspection import inspect_store
 from tests.broker.fixtures import harness_store
-from tests.broker.harness import read_jsonl
+from tests.broker.harness import SEEDS, VERSIONS, read_jsonl
 from tests.broker.timers import copies, delivered
 
 pytestmark = pytest.mark.broker
@@ -54,6 +58,24 @@ def _copy(store: Path, tmp_path: Path) -> Path:
     shutil.copytree(store / "store", tmp_path / "store")
     shutil.copy(store / "broker.conf", tmp_path / "broker.conf")
     return tmp_path / "store"
+
+
+@pytest.mark.parametrize(("version", "seed"), [(v, seed) for v in VERSIONS if v >= "5" for seed in SEEDS])
+def test_every_5x_default_store_folds_to_its_wheel(version: str, seed: int) -> None:
+    """Without Spark (inspect's path): the default store of each 5.x release the harness runs, stopped with its
+    timers and delays all delivered, folds to its own timerwheel byte for byte, its delay offsets and timer
+    checkpoint are what the commitlog shows, and nothing is pending or found."""
+    store = harness_store(version, "default", seed)
+    cfg = dataclasses.replace(load_broker_config(store / "broker.conf"), brokerVersion=version)
+    batches: list = []
+    report = inspect_store(store / "store", cfg, batches)
+    result = timers(report, batches, cfg, resolve_rules(str(store / "store"), cfg, [])[1])
+    live = store / "store"
+    assert result.findings == ()
+    assert result.wheel == (live / "timerwheel").read_bytes()
+    assert result.checkpoint.pack() == (live / "config" / "timercheck").read_bytes()
+    assert result.delay_table == delayoffset.parse((live / "config" / "delayOffset.json").read_text())[0]
+    assert result.counts["timers"] > 0 and result.pending() == []
 
 
 def test_the_rebuilt_timer_files_are_the_brokers_and_the_store_audits_clean(
@@ -141,3 +163,21 @@ def _record(pending: dict[str, dict], before: int, after: list[dict], alone: lis
         }
 
     FIGURES.write_text(json.dumps({VERSION: {"recovered": figures(after), "alone": figures(alone)}}, indent=1) + "\n")
+
+
+def test_inspect_lists_the_pending_timers_to_send_them_again(timers_store: Path, tmp_path: Path, capsys) -> None:
+    """``rmqstore inspect --pending-out``: every timer and delayed message still pending at the stop, with its real
+    topic and queue, its due time and keys, as sent (sent.jsonl); the console shows them by real topic."""
+    out = tmp_path / "pending.jsonl"
+    args = ["inspect", str(timers_store / "store"), "--broker-config", str(timers_store / "broker.conf")]
+    assert main([*args, "--broker-version", VERSION, "--pending-out", str(out)]) == 0
+    pending = {p["uniq_key"]: p for p in read_jsonl(out)}
+    sent = {s["msgId"]: s for s in read_jsonl(timers_store / "sent.jsonl") if s["kind"].endswith("-pending")}
+    assert pending.keys() == sent.keys()
+    for msg_id, s in sent.items():
+        p = pending[msg_id]
+        assert (p["topic"], p["queue_id"], p["keys"], p["kind"]) == (s["topic"], s["queueId"], s["keys"], s["kind"][:5])
+        if "deliverTimeMs" in s:
+            assert p["due_ms"] == s["deliverTimeMs"] // 1000 * 1000 or p["due_ms"] == s["deliverTimeMs"]
+    console = capsys.readouterr().out
+    assert "timer    TopicTimers        18" in console and "delay    TopicDelays         6" in console

@@ -1,6 +1,6 @@
 """The timer store and the delay offsets on an executor: one task reads the store's timerlog/, timerwheel,
 config/timercheck, config/delayOffset.json (and .bak) and the timer records the parse left in the scratch
-directory, judges them (storelib.timers_audit) and, for a rebuild, writes the rebuilt timerwheel, timercheck and
+directory, judges them (storelib.audit.timers) and, for a rebuild, writes the rebuilt timerwheel, timercheck and
 delayOffset.json. The units and records it holds are those of the timer store alone (52 bytes a unit)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storelib.audit.timers import CHECKPOINT, DELAY_OFFSETS, WHEEL, Settings, TimerAudit, TimerStore, audit_timers
 from storelib.broker import timers as rules
 from storelib.formats import timerlog, timerwheel
 from storelib.layout import parse_offset_name
-from storelib.timers_audit import CHECKPOINT, DELAY_OFFSETS, WHEEL, Settings, TimerAudit, TimerStore, audit_timers
 from udfs.fs import join, list_files, read_file, resolve, write_file, write_then_move
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]

@@ -1,7 +1,7 @@
 """The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
 RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
-from the store's clues: storelib.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are settled
-after the parse by what it counted (``settle_rules``).
+from the store's clues: storelib.broker.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are
+settled after the parse by what it counted (``settle_rules``).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
-from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
-from storelib.config import BrokerConfig, batch_cq_topics
-from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.config import BrokerConfig, batch_cq_topics
+from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.segments import Segment, SegmentSummary
+from storelib.broker.versions import CONFIG_JSON, BrokerRules, RuleInputs, StoreFacts, config_keys, record_clues, select
 from storelib.errors import StoreFormatError
-from storelib.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
+from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
-from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
-from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
-from storelib.segments import Segment, SegmentSummary
-from storelib.versions import CONFIG_JSON, BrokerRules, RuleInputs, StoreFacts, config_keys, record_clues, select
 from udfs.fs import join, map_file, read_file, resolve
 
 #: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages
@@ -55,10 +55,10 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     Store type: the config's ``storeType`` when it sets one (``default`` on a RocksDB store: rolled back to file
     ConsumeQueues, which the broker then rebuilds from the commitlog), else ``defaultRocksDB`` when a RocksDB is in
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
-    holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
+    holds (storelib.formats.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
     a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
-    ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
+    ``--broker-version`` when given, else what the store's clues say (storelib.broker.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")

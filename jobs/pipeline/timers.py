@@ -10,15 +10,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jobs.pipeline.context import Found, Run, numbered_tasks, spark_schema
+from storelib.audit.timers import Settings
 from storelib.findings import Finding
 from storelib.formats import timerlog
-from storelib.plan import Step
-from storelib.timers_audit import Settings
+from storelib.reports.plan import Step
 from udfs.fs import join, list_files, resolve
 from udfs.timers import RESULT_SCHEMA, timer_task
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_flow import Audit
 
 TIMER_FILES = ("timerwheel", "config/timercheck", "config/delayOffset.json")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storelib.config import read_properties  # a broker.conf, as the broker reads it (Properties.load)
+from storelib.broker.config import read_properties  # a broker.conf, as the broker reads it (Properties.load)
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()

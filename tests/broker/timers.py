@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from storelib.config import read_properties
+from storelib.broker.config import read_properties
 from tests.broker.harness import CACHE, read_jsonl, running_broker
 
 TOPICS = ("TopicTimers", "TopicDelays")
