@@ -380,6 +380,11 @@ KINDS: dict[str, Kind] = {
         "pending timers due before the broker's 7-day look-back",
         "reads the wheel from at most 7 days back: never delivers them (send them again: inspect --pending-out)",
     ),
+    "timer-rocksdb-not-audited": _timer(
+        "info",
+        "the RocksDB timer store (5.4.0+, timerRocksDBEnable) holds records this tool does not check",
+        "with timerRocksDBEnable delivers them from its timeline",
+    ),
     "schedule-offsets-missing": _timer(
         "error",
         "delay levels with records and no delivered offset in delayOffset.json (nor its .bak)",

@@ -14,6 +14,7 @@ import pyarrow.fs as pafs
 from storelib.audit.timers import CHECKPOINT, DELAY_OFFSETS, WHEEL, Settings, TimerAudit, TimerStore, audit_timers
 from storelib.broker import timers as rules
 from storelib.formats import timerlog, timerwheel
+from storelib.formats.rocksdbcq import RocksDBCopy
 from storelib.layout import parse_offset_name
 from udfs.fs import join, list_files, read_file, resolve, write_file, write_then_move
 
@@ -80,7 +81,20 @@ def read_store(store_uri: str) -> TimerStore:
         _text(fs, join(root, DELAY_OFFSETS)),
         _text(fs, join(root, DELAY_OFFSETS + ".bak")),
         snapshots,
+        _rocksdb_timer_records(fs, root),
     )
+
+
+def _rocksdb_timer_records(fs: pafs.FileSystem, root: str) -> int:
+    """How many records the RocksDB timer store holds (a read-only copy is opened); -1 when there is none, or the
+    store is not on a local filesystem."""
+    path = join(root, rules.ROCKSDB_DIR)
+    if not isinstance(fs, pafs.LocalFileSystem) or fs.get_file_info(join(path, "CURRENT")).type != pafs.FileType.File:
+        return -1
+    with RocksDBCopy(path) as db:
+        if rules.ROCKSDB_TIMER_FAMILY not in db.db.list_cf(str(db.tmp) + "/db"):
+            return -1
+        return sum(1 for _ in db.items(rules.ROCKSDB_TIMER_FAMILY))
 
 
 def write_rebuilt(out_uri: str, result: TimerAudit) -> list[str]:

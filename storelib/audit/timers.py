@@ -34,6 +34,7 @@ class TimerStore:
     delay_offsets: str | None
     delay_offsets_bak: str | None
     snapshots: tuple[tuple[str, bytes], ...] = ()  # timerwheel.<flag> files (5.4.0+)
+    rocksdb_timer_records: int = -1  # records in rocksdbstore's timer column family (-1: none there, or not read)
 
     @property
     def present(self) -> bool:
@@ -121,6 +122,14 @@ def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudi
         if ck_found:
             writes[CHECKPOINT] = ck_found[0].kind
         found += _lookback(units[kept], timers, s)
+    if store.rocksdb_timer_records > 0:
+        message = (
+            f"the RocksDB timer store ({rules.ROCKSDB_DIR}/, column family {rules.ROCKSDB_TIMER_FAMILY}) holds "
+            f"{store.rocksdb_timer_records} record(s): they are not checked, rebuilt nor listed as pending"
+        )
+        found.append(
+            finding("timer-rocksdb-not-audited", rules.ROCKSDB_DIR, message, count=store.rocksdb_timer_records)
+        )
     table, odd = rules.delivered_offsets(schedule)
     found += _schedule_findings(store, table, odd, writes)
     text = None

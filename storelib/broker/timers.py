@@ -57,6 +57,9 @@ SCHEMA = pa.schema(
         *((name, pa.string()) for name in PROPERTIES),
     ]
 )
+#: 5.4.0+ (``timerRocksDBEnable``, default false): the RocksDB timer store, column family ``timer`` of the
+#: ``MessageRocksDBStorage`` at <root>/rocksdbstore (created, empty, at every 5.4.0+ start)
+ROCKSDB_DIR, ROCKSDB_TIMER_FAMILY = "rocksdbstore", "timer"
 #: bytes only a batch holding a delivered copy has (a property name and its separator)
 _COPY_MARKS = (b"REAL_TOPIC\x01", TIMER_DEQUEUE_MS.encode() + b"\x01")
 #: the 7-day look-back: at start the wheel is read from at most now - slotsTotal + TIMER_BLANK_SLOTS slots back
