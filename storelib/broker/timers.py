@@ -70,30 +70,54 @@ SLOTS_TOTAL = 7 * 86_400
 def timer_records(b: RecordBatch) -> pa.RecordBatch | None:
     """The records of a batch that take part in timers and delay levels: those of ``rmq_sys_wheel_timer`` and
     ``SCHEDULE_TOPIC_XXXX``, and the delivered copies (a record of its own REAL_TOPIC, or with TIMER_DEQUEUE_MS);
-    None when there are none."""
+    None when there are none. Only the candidates' properties are read: the system topics' records and those whose
+    properties hold a copy's property name (found by a byte search)."""
     if not len(b):
         return None
     topics = np.array(b.topic_names, dtype=object)[b.topic_code]
-    system = np.isin(topics, [TIMER_TOPIC, SCHEDULE_TOPIC])
-    raw = b.buf.tobytes()
-    if not system.any() and all(raw.find(m) < 0 for m in _COPY_MARKS):  # most batches: no property scan
+    candidate = np.isin(topics, [TIMER_TOPIC, SCHEDULE_TOPIC])
+    candidate[_records_holding(b, _COPY_MARKS)] = True
+    at = np.flatnonzero(candidate)
+    if not len(at):
         return None
     names = tuple(PROPERTIES.values())
-    values = find_properties(b.buf, b.props_start, b.props_len, names)
+    values = find_properties(b.buf, b.props_start[at], b.props_len[at], names)
     real = np.array(b.text(*values["REAL_TOPIC"]), dtype=object)
-    keep = np.flatnonzero(system | (real == topics) | (values[TIMER_DEQUEUE_MS][0] >= 0))
+    system = np.isin(topics[at], [TIMER_TOPIC, SCHEDULE_TOPIC])
+    keep = np.flatnonzero(system | (real == topics[at]) | (values[TIMER_DEQUEUE_MS][0] >= 0))
     if not len(keep):
         return None
+    rec = at[keep]
     cols = [
-        pa.array(b.physical_offset[keep]),
-        pa.array(b.total_size[keep]),
-        pa.array(b.store_timestamp[keep]),
-        pa.array(topics[keep].tolist(), pa.string()),
-        pa.array(b.queue_id[keep]),
-        pa.array(b.queue_offset[keep]),
+        pa.array(b.physical_offset[rec]),
+        pa.array(b.total_size[rec]),
+        pa.array(b.store_timestamp[rec]),
+        pa.array(topics[rec].tolist(), pa.string()),
+        pa.array(b.queue_id[rec]),
+        pa.array(b.queue_offset[rec]),
         *(pa.array(b.text(values[p][0][keep], values[p][1][keep]), pa.string()) for p in names),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+
+
+def _records_holding(b: RecordBatch, marks: tuple[bytes, ...]) -> np.ndarray:
+    """Indexes of the batch's records whose properties hold one of ``marks``."""
+    raw = b.buf.tobytes()
+    hits = []
+    for mark in marks:
+        at = raw.find(mark)
+        while at >= 0:
+            hits.append(at)
+            at = raw.find(mark, at + 1)
+    if not hits:
+        return np.zeros(0, np.int64)
+    pos = np.array(hits, np.int64)
+    order = np.argsort(b.props_start, kind="stable")
+    i = np.searchsorted(b.props_start[order], pos, side="right") - 1
+    ok = i >= 0
+    rec = order[i[ok]]
+    inside = pos[ok] < b.props_start[rec] + b.props_len[rec]
+    return np.unique(rec[inside])
 
 
 def int_column(column: pa.ChunkedArray | pa.Array, default: int = -1) -> np.ndarray:
