@@ -115,13 +115,17 @@ def test_a_damaged_slot_is_named_and_recover_writes_the_wheel_back(
     assert (store / "timerwheel").read_bytes() == (timers_store / "store" / "timerwheel").read_bytes()
 
 
+def _pending(timers_store: Path) -> tuple[dict[str, dict], int]:
+    """The messages pending at the stop (sent.jsonl), and how many were delivered before it."""
+    sent = read_jsonl(timers_store / "sent.jsonl")
+    pending = {s["msgId"]: s for s in sent if s["kind"].endswith("-pending")}
+    return pending, len(sent) - len(pending)
+
+
 def test_lost_timer_files_recovered_then_every_pending_timer_is_delivered_once(
     spark, timers_store: Path, rebuilt: Path, tmp_path: Path
 ) -> None:
-    sent = read_jsonl(timers_store / "sent.jsonl")
-    before = len(sent) - sum(s["kind"].endswith("-pending") for s in sent)  # delivered before the stop
-    pending = {s["msgId"]: s for s in sent if s["kind"].endswith("-pending")}
-    alone = _lose_timer_files(_copy(timers_store, tmp_path / "alone"))
+    pending, before = _pending(timers_store)
     store = _lose_timer_files(_copy(timers_store, tmp_path / "recovered"))
     run = _run(spark, timers_store)
     audit(run, str(store), str(rebuilt), str(tmp_path / "report"))
@@ -138,9 +142,18 @@ def test_lost_timer_files_recovered_then_every_pending_timer_is_delivered_once(
         assert (copy["topic"], copy["queueId"]) == (s["topic"], s["queueId"])  # its real topic and queue
         due = s.get("deliverTimeMs") or s["sentMs"] + 30_000
         assert copy["storeTimestamp"] >= due - 1000  # not before its time (a delay: its record's store time + 30 s)
-    by_alone = delivered(VERSION, alone, 10**6, wait_s=30)
-    _record(pending, before, after, by_alone)
-    assert sum(msg_id in copies(by_alone) for msg_id in pending) < len(pending)  # the broker alone loses timers
+    _record("recovered", pending, before, after)
+
+
+def test_the_broker_alone_loses_the_timers_and_delivers_the_delays_again(timers_store: Path, tmp_path: Path) -> None:
+    """The same loss without recover: the broker's own timerlog recovery does not reach the pending units, and
+    every level starts at its first record."""
+    pending, before = _pending(timers_store)
+    alone = delivered(VERSION, _lose_timer_files(_copy(timers_store, tmp_path)), 10**6, wait_s=30)
+    _record("alone", pending, before, alone)
+    got = copies(alone)
+    assert not any(m in got for m, s in pending.items() if s["kind"] == "timer-pending")
+    assert len(alone) > before + sum(s["kind"] == "delay-pending" for s in pending.values())  # delivered again
 
 
 def _lose_timer_files(store: Path) -> Path:
@@ -149,20 +162,19 @@ def _lose_timer_files(store: Path) -> Path:
     return store
 
 
-def _record(pending: dict[str, dict], before: int, after: list[dict], alone: list[dict]) -> None:
+def _record(case: str, pending: dict[str, dict], before: int, lines: list[dict]) -> None:
     """tests/broker/timer_figures.json: what the broker delivered after recover and alone (docs/timers.md's table)."""
-
-    def figures(lines: list[dict]) -> dict[str, int]:
-        got = copies(lines)
-        return {
-            "timers_pending": sum(1 for s in pending.values() if s["kind"] == "timer-pending"),
-            "timers_delivered": sum(1 for m, s in pending.items() if s["kind"] == "timer-pending" and m in got),
-            "delays_pending": sum(1 for s in pending.values() if s["kind"] == "delay-pending"),
-            "delays_delivered": sum(1 for m, s in pending.items() if s["kind"] == "delay-pending" and m in got),
-            "delivered_again": len(lines) - before - sum(1 for m in pending if m in got),
-        }
-
-    FIGURES.write_text(json.dumps({VERSION: {"recovered": figures(after), "alone": figures(alone)}}, indent=1) + "\n")
+    got = copies(lines)
+    figures = {
+        "timers_pending": sum(1 for s in pending.values() if s["kind"] == "timer-pending"),
+        "timers_delivered": sum(1 for m, s in pending.items() if s["kind"] == "timer-pending" and m in got),
+        "delays_pending": sum(1 for s in pending.values() if s["kind"] == "delay-pending"),
+        "delays_delivered": sum(1 for m, s in pending.items() if s["kind"] == "delay-pending" and m in got),
+        "delivered_again": len(lines) - before - sum(1 for m in pending if m in got),
+    }
+    table = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    table.setdefault(VERSION, {})[case] = figures
+    FIGURES.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 
 def test_inspect_lists_the_pending_timers_to_send_them_again(timers_store: Path, tmp_path: Path, capsys) -> None:

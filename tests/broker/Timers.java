@@ -43,14 +43,18 @@ public class Timers {
                 a.put(s.substring(0, i), s.substring(i + 1));
             }
         }
+        int code = 0;
         try (PrintWriter out = new PrintWriter(new OutputStreamWriter(new FileOutputStream(a.get("out")), StandardCharsets.UTF_8))) {
             if (java.util.Arrays.asList(argv).contains("send")) {
                 send(a, out);
             } else {
                 watch(a, out);
             }
+        } catch (Exception e) {
+            e.printStackTrace();
+            code = 1;
         }
-        System.exit(0);
+        System.exit(code); // the client's threads would keep the JVM alive after an exception
     }
 
     static void send(Map<String, String> a, PrintWriter out) throws Exception {
@@ -138,7 +142,17 @@ public class Timers {
                 queues.add(t + "/" + q);
             }
         }
-        Workload.loadRoutes(consumer, queues.toArray(new String[0]));
+        while (true) { // a loaded name server answers late: try again until the deadline
+            try {
+                Workload.loadRoutes(consumer, queues.toArray(new String[0]));
+                break;
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(1000);
+            }
+        }
         List<Map<String, Object>> lines = new ArrayList<>();
         while (true) {
             lines.clear();
