@@ -10,22 +10,35 @@ if __package__ in (None, ""):
     import _bootstrap  # noqa: F401  (also takes jobs/ off sys.path: this file would shadow inspect)
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
+import time
+
+import pyarrow as pa
 
 from jobs.cli import add_broker_config, broker_config
 from jobs.pipeline.rebuild_flow import list_segments, resolve_rules
+from storelib.audit.timers import Settings, TimerAudit, audit_timers
 from storelib.broker.config import BrokerConfig
+from storelib.broker.timers import SCHEMA as TIMER_SCHEMA
 from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from storelib.reports.inspection import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
+from udfs.timers import pending_by_topic, read_store, summary, write_pending
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", metavar="STORE", help="store root (holds commitlog/, consumequeue/, index/)")
     add_broker_config(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--pending-out",
+        metavar="FILE",
+        help="write the pending timers and delayed messages (5.x) as JSON lines: real topic and queue, due time, "
+        "UNIQ_KEY, KEYS, TAGS, commitlog offset; enough to send them again",
+    )
 
 
 def _time(ms: int | None) -> str:
@@ -129,14 +142,56 @@ def store_rules(store: str, cfg: BrokerConfig) -> BrokerRules:
     return resolve_rules(store, cfg, segments)[1]
 
 
+def timers(report: StoreReport, batches: list, cfg: BrokerConfig, rules: BrokerRules) -> TimerAudit | None:
+    """The timer store and delay levels of a 5.x store (None before 5.0 rules): storelib.audit.timers over the
+    records the scan met."""
+    release = tuple(int(p) for p in (cfg.brokerVersion or rules.rules.name).split(".") if p.isdigit())
+    if release < (5,):
+        return None
+    table = pa.Table.from_batches(batches, TIMER_SCHEMA).sort_by("commitlog_offset")
+    log_end = max((s.end_offset for s in report.segments), default=0)
+    now = int(time.time() * 1000)
+    settings = Settings(cfg.timerPrecisionMs, cfg.mappedFileSizeTimerLog, release, cfg.delay_levels_ms, now, log_end)
+    return audit_timers(read_store(report.root), table, settings)
+
+
+def format_timers(t: TimerAudit) -> list[str]:
+    """The TIMERS section: what the timer store holds, the pending messages by real topic, the findings."""
+    c = t.counts
+    out = [
+        "",
+        "TIMERS AND DELAY LEVELS",
+        f"timerlog: {c['timerlog_files']} files, {c['timerlog_units']:,} units; wheel slots used: "
+        f"{c['wheel_slots_used']:,}; timers: {c['timers']:,} ({c['timers_pending']:,} pending); delayed: "
+        f"{c['delayed']:,} ({c['delayed_pending']:,} pending); delay offsets the commitlog shows: "
+        + (", ".join(f"level {k}: {v}" for k, v in sorted(t.delay_table.items())) or "-"),
+    ]
+    rows = [
+        [p["kind"], printable(p["topic"]), p["pending"], _time(p["first_due_ms"]), _time(p["last_due_ms"])]
+        for p in pending_by_topic(t.pending())
+    ]
+    if rows:
+        out += _table(["pending", "real topic", "messages", "first due", "last due"], rows)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = broker_config(args)
-    report = inspect_store(args.store, cfg)
+    batches: list = []
+    report = inspect_store(args.store, cfg, batches)
     rules = store_rules(args.store, cfg)
+    timer_audit = timers(report, batches, cfg, rules)
+    if timer_audit is not None:
+        report = dataclasses.replace(
+            report, problems=report.problems + [f"{f.file}: {f.kind}: {f.message}" for f in timer_audit.findings]
+        )
+        if args.pending_out:
+            write_pending(args.pending_out, timer_audit)
     if args.json:
-        print(json.dumps({**report.to_dict(), "broker_rules": rules.to_dict()}, indent=2))
+        extra = {"timers": summary(timer_audit, [])} if timer_audit is not None else {}
+        print(json.dumps({**report.to_dict(), "broker_rules": rules.to_dict(), **extra}, indent=2))
     else:
-        print(format_report(report, rules))
+        print(format_report(report, rules) + ("\n".join(["", *format_timers(timer_audit)]) if timer_audit else ""))
     return EXIT_OK if report.clean else EXIT_FINDINGS
 
 

@@ -52,7 +52,8 @@ AREA_CQ = "ConsumeQueue"
 AREA_INDEX = "IndexFile"
 AREA_CHECKPOINT = "checkpoint and abort"
 AREA_RUN = "this audit"
-AREAS = (AREA_COMMITLOG, AREA_CQ, AREA_INDEX, AREA_CHECKPOINT, AREA_RUN)
+AREA_TIMERS = "timers and delay levels"
+AREAS = (AREA_COMMITLOG, AREA_CQ, AREA_INDEX, AREA_CHECKPOINT, AREA_TIMERS, AREA_RUN)
 #: how ``CommitLog.checkMessageAndReturnSize`` treats such a record when the broker recovers (``Kind.recovery``)
 STOPS = "stops"  # it fails: recovery truncates the log there
 BODY_CRC = "body-crc"  # it fails when checkCRCOnRecover checks BODYCRC (forceVerifyPropCRC off)
@@ -75,6 +76,7 @@ class Kind:
     kept: bool = False  # (record damage) the record still frames and is dispatched
     recovery: str = ""  # how the broker's recovery treats such a record (STOPS, BODY_CRC, PROPERTY_CRC)
     index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
+    at_start: str = ""  # (timers, delay levels) what the broker does with it when it starts
 
     @property
     def blocks_recover(self) -> bool:
@@ -83,6 +85,14 @@ class Kind:
 
 
 _CQ, _LOG, _INDEX, _CHECKPOINT, _RUN = AREA_CQ, AREA_COMMITLOG, AREA_INDEX, AREA_CHECKPOINT, AREA_RUN
+
+
+def _timer(severity: str, what: str, at_start: str, repairable: bool = False, start_fails: str = "") -> Kind:
+    """A kind of the timer store or the delay offsets: its meaning says what the broker does with it at start."""
+    meaning = f"{what}: at start the broker {at_start}"
+    return Kind(AREA_TIMERS, severity, meaning, repairable, start_fails=start_fails, at_start=at_start)
+
+
 _SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
 
 #: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend
@@ -297,6 +307,113 @@ KINDS: dict[str, Kind] = {
         "crash recovery deletes IndexFiles newer than the checkpoint's indexMsgTimestamp",
         True,
         by_checkpoint=True,
+    ),
+    # timers (timerlog/, timerwheel, config/timercheck) and delay levels (config/delayOffset.json)
+    "timer-wheel-missing": _timer(
+        "error",
+        "the timerwheel file is missing",
+        "creates an empty wheel and refills only the slots of the timerlog units from its last flush position minus "
+        "one file: timers enqueued before are never delivered",
+        True,
+    ),
+    "timer-wheel-size": _timer(
+        "error",
+        "the timerwheel file is not 38,707,200 bytes",
+        "does not start (TimerWheel: 'Timer wheel length')",
+        True,
+        start_fails="the timerwheel file has the wrong length",
+    ),
+    "timer-slot-wrong": _timer(
+        "error",
+        "timer wheel slots that differ from the fold of the timerlog",
+        "patches only the slots of units from its last flush position minus one file; dequeue walks each slot back "
+        "from its lastPos, so the other slots' timers are lost, repeated or delivered at another time",
+        True,
+    ),
+    "timer-snapshot-wrong": _timer(
+        "warning",
+        "a timerwheel.<position> snapshot (5.4.0+) that differs from the fold of the timerlog before its position",
+        "loads the newest snapshot instead of timerwheel (with timerWheelSnapshotFlush)",
+    ),
+    "timer-log-torn": _timer(
+        "warning",
+        "timerlog units stop at damage before the timerlog's end",
+        "truncates the timerlog there when its recovery walks that file, losing every later unit",
+    ),
+    "timer-unit-past-log": _timer(
+        "error",
+        "timerlog units that point at or past the commitlog's end (after a truncation)",
+        "cannot read their messages at dequeue and drops them; recover cuts them off",
+        True,
+    ),
+    "timer-unit-bad-record": _timer(
+        "error",
+        "timerlog units that point at no rmq_sys_wheel_timer record of their size",
+        "cannot decode their messages at dequeue and drops the timers",
+    ),
+    "timer-unit-wrong-time": _timer(
+        "error",
+        "timerlog units filed under another time than their record's TIMER_OUT_MS",
+        "delivers them at the unit's time",
+    ),
+    "timer-unit-duplicate": _timer(
+        "warning",
+        "rmq_sys_wheel_timer records with more than one timerlog unit (a retried enqueue)",
+        "delivers such a message once per unit",
+    ),
+    "timer-checkpoint-unreadable": _timer(
+        "error",
+        "config/timercheck is missing or shorter than its fields",
+        "enqueues rmq_sys_wheel_timer from its first record again and reads the wheel from 7 days back, "
+        "delivering timers again",
+        True,
+    ),
+    "timer-checkpoint-ahead": _timer(
+        "error",
+        "config/timercheck points past the timerlog's end or past rmq_sys_wheel_timer's records",
+        "cannot read what it points at; 5.0.0-5.2.x do not move the enqueue offset back into the queue, so new timers "
+        "wait until the queue grows past it",
+        True,
+    ),
+    "timer-lookback-exceeded": _timer(
+        "warning",
+        "pending timers due before the broker's 7-day look-back",
+        "reads the wheel from at most 7 days back: never delivers them (send them again: inspect --pending-out)",
+    ),
+    "timer-rocksdb-not-audited": _timer(
+        "info",
+        "the RocksDB timer store (5.4.0+, timerRocksDBEnable) holds records this tool does not check",
+        "with timerRocksDBEnable delivers them from its timeline",
+    ),
+    "schedule-offsets-missing": _timer(
+        "error",
+        "delay levels with records and no delivered offset in delayOffset.json (nor its .bak)",
+        "starts such a level at its first record and delivers every delayed message of it again",
+        True,
+    ),
+    "schedule-offsets-unreadable": _timer(
+        "error",
+        "delayOffset.json and its .bak cannot be read",
+        "does not start (ConfigManager.load fails)",
+        True,
+        start_fails="delayOffset.json and its .bak cannot be read",
+    ),
+    "schedule-offset-behind": _timer(
+        "warning",
+        "a delay level's offset below what the commitlog shows delivered",
+        "delivers the messages between again",
+        True,
+    ),
+    "schedule-offset-ahead": _timer(
+        "error",
+        "a delay level's offset above what the commitlog shows delivered",
+        "never delivers the messages between",
+        True,
+    ),
+    "schedule-delivered-out-of-order": _timer(
+        "warning",
+        "delayed messages delivered after an earlier one of their level was not",
+        "delivers them again when it delivers the earlier one (no offset can say so)",
     ),
     # the run
     "store-in-use": Kind(

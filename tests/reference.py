@@ -297,3 +297,25 @@ def assert_same_index(live: Path, rebuilt: Path) -> None:
 def assert_index_equals_reference(store: Path, index_root: Path, cfg: BrokerConfig) -> None:
     """``index_root``'s ConsumeQueue files and IndexFiles are what a broker writes for ``store``'s commitlog."""
     assert_index_files(index_root, *reference_store_index(store, cfg))
+
+
+def timer_wheel(timerlog: bytes, start: int, precision_ms: int = 1000, slots: int = 2 * 7 * 86_400) -> dict:
+    """The wheel ``TimerMessageStore.doEnqueue`` leaves after appending the units of ``timerlog`` (the bytes of
+    consecutive timerlog files from offset ``start``) one by one to an empty wheel, as {slot index: (time, firstPos,
+    lastPos, num, magic)} for the slots it wrote: getSlot (a slot of another time reads as empty), then putSlot with
+    the slot's firstPos (or the unit's), the unit as lastPos, num +1 (-1 for a delete), the slot's magic."""
+    wheel: dict[int, tuple[int, int, int, int, int]] = {}
+    pos = 0
+    while pos + 52 <= len(timerlog):
+        size, _prev, magic, enqueue, delay = struct.unpack_from(">iqiqi", timerlog, pos)
+        if size != 52 or magic | 0xF != 0xF:
+            break
+        when = enqueue + delay
+        at = when // precision_ms % slots
+        time, first, _last, num, slot_magic = wheel.get(at, (0, 0, 0, 0, 0))
+        if time != when // precision_ms:
+            first, num, slot_magic = -1, 0, 0
+        num += -1 if magic & 4 else 1
+        wheel[at] = (when // precision_ms, start + pos if first == -1 else first, start + pos, num, slot_magic)
+        pos += 52
+    return wheel

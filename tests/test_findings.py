@@ -92,9 +92,9 @@ def test_every_emitted_kind_is_registered() -> None:
 
 
 def test_readme_table_of_kinds_is_the_registry() -> None:
-    rows = re.findall(
-        r"^\| `([a-z-]+)` \| (info|warning|error) \| (yes|) *\| (.+?) \|$", (ROOT / "README.md").read_text(), re.M
-    )
+    """The tables of kinds in README.md and the docs/ pages (docs/timers.md: the timer-* and schedule-* kinds)."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    rows = re.findall(r"^\| `([a-z-]+)` \| (info|warning|error) \| (yes|) *\| (.+?) \|$", text, re.M)
     table = {kind: (severity, recover == "yes", meaning) for kind, severity, recover, meaning in rows}
     assert table == {k: (v.severity, v.repairable, v.meaning) for k, v in KINDS.items()}
 

@@ -137,8 +137,8 @@ def test_a_task_that_runs_twice_leaves_the_same_files(segment: Segment, tmp_path
         name: data for name, data in files.items() if not name.startswith("summary-")
     }
     assert (
-        sorted(p.name for p in scratch.iterdir())
-        == sorted(files)
+        sorted(p.name for p in scratch.iterdir() if not p.name.startswith("timer-records-"))  # (5.x timers, delays)
+        == sorted(name for name in files if not name.startswith("timer-records-"))
         == [
             f"cq-units-{segment.name}",
             f"index-entries-{segment.name}",
@@ -215,7 +215,7 @@ def test_segment_parser_parses_each_task_segment_in_turn(tmp_path: Path) -> None
     assert sorted(set(runs.column("segment").to_pylist())) == [first.name, second.name]
     assert sum(runs.column("count").to_pylist()) == sum(len(u) for u in reference_units(store).values())
     kinds = ("cq-units-{}", "index-entries-{}", "summary-{}.json")
-    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == sorted(
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir() if not p.name.startswith("timer-")) == sorted(
         kind.format(s.name) for kind in kinds for s in (first, second)
     )
     with pytest.raises(ValueError, match="mode must be one of"):

@@ -60,6 +60,8 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     assert_same_index(store / "store", out)
     assert json.loads((out / "rebuild.json").read_text())["broker_rules"]["name"] == rules
     assert (out / "checkpoint").read_bytes()[24:48] == (store / "store" / "checkpoint").read_bytes()[24:48]
+    if version >= "5":  # the timer wheel, folded from the timerlog (docs/timers.md)
+        assert (out / "timerwheel").read_bytes() == (store / "store" / "timerwheel").read_bytes()
     result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
     assert [f.kind for f in result.findings] == []
     assert result.exit_code == 0

@@ -36,6 +36,7 @@ from storelib.broker.segments import (
     SegmentSummary,
     fingerprint,
 )
+from storelib.broker.timers import timer_records
 from storelib.broker.versions import RuleInputs
 from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
@@ -44,6 +45,7 @@ from storelib.formats.consumequeue import encode_units
 from storelib.formats.dledger import entry_damage
 from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
+from udfs.timers import write_records
 
 MODES = ("dispatch", "messages")
 #: bytes a parse task reads at a time: a batch's passes (walk, decode, properties, hashes) over the same bytes find
@@ -321,6 +323,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
     units_out = sfs.open_output_stream(units_path) if dledger else contextlib.nullcontext()
     end = (END_RANGE, seg.start + piece.lo, "no record starts in this range")
     queued = PieceUnits()
+    timers: list[pa.RecordBatch] = []  # the records of timers and delay levels (storelib.broker.timers)
     with sfs.open_output_stream(entries_path + ".tmp") as index_out, units_out as u:
         try:
             with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
@@ -332,6 +335,9 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
                     else:
                         yield message_rows(seg.name, b, d)
                     index_out.write(index_entries(b, d))
+                    found = timer_records(b)
+                    if found is not None:
+                        timers.append(found)
                     if b.entries is not None:
                         u.write(b.entries.tobytes())
                         tally.add_entries(b)
@@ -341,6 +347,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")
     sfs.move(entries_path + ".tmp", entries_path)
+    write_records(scratch, piece.name, timers)
     if dledger:
         sfs.move(units_path, units_path.removesuffix(".tmp"))
     if mode == "dispatch":

@@ -33,6 +33,7 @@ from jobs.pipeline.dledger_files import audit_dledger
 from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
 from jobs.pipeline.rebuild_flow import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from jobs.pipeline.tasks import submit_inheriting
+from jobs.pipeline.timers import audit_timers
 from storelib.audit.scope import CleanRun, Scope, audit_scope, stale_finding
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import Segment, SegmentSummary, damage_findings, judge_ends
@@ -66,6 +67,7 @@ class Audit:
     report_dir: str | None = None
     broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
     record: Recorder | None = None  # --history
+    scratch: str | None = None  # the scan's timer records (--rebuilt); None: the audit's own rebuild judged the timers
 
 
 def audit(
@@ -121,6 +123,7 @@ def audit(
             report_dir,
             broker_config,
             record,
+            None if given is None else f"{work}/scratch",
         )
         return _audit(a, listing)
 
@@ -183,6 +186,8 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
         queue_rows, found, log = queued.result()
     index_rows, keys, found_index = audit_index(compared, log)
     found += found_index
+    timer_counts, found_timers = audit_timers(a)
+    found += found_timers
     in_use = in_use_finding(a.before, store_state(a.store))
     found += Found((in_use,) if in_use else ())
     commitlog = a.rebuild_report.commitlog
@@ -201,6 +206,7 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
         },
         tuple(queue_rows),
         tuple(index_rows),
+        timer_counts,
     )
     exit_code = EXIT_FINDINGS if any(is_divergence(f) for f in found.findings) else EXIT_OK
     return finish(a, found, log, counts, exit_code)

@@ -50,6 +50,7 @@ class Counts:
     index: Mapping[str, int] | None = None
     queue_rows: tuple[QueueRow, ...] = ()
     index_rows: tuple[IndexPosition, ...] = ()
+    timers: Mapping[str, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +68,7 @@ def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: i
     from jobs.report.audit_report import write_reports
 
     findings = sorted_findings(list(found.findings))
-    summary = audit_summary(findings, code, counts.commitlog, counts.queues, counts.index)
+    summary = audit_summary(findings, code, counts.commitlog, counts.queues, counts.index, counts.timers)
     finished = dt.datetime.now(dt.UTC)
     scope = dataclasses.replace(a.scope, skipped=a.scope.skipped + list(found.skipped))
     history = a.record(_history_record(a, scope, findings, summary, finished)) if a.record else None

@@ -32,6 +32,8 @@ from jobs.pipeline.listing import segment_files
 from jobs.pipeline.output import check_output, in_place, live_checkpoint, publish, rebuilt_checkpoint
 from jobs.pipeline.parse import RangesDisagree, parse_store, read_parsed, scan_segments, wait_for_summaries
 from jobs.pipeline.store_rules import resolve_rules, settle_rules, store_facts, store_rules
+from jobs.pipeline.timers import applies as timers_apply
+from jobs.pipeline.timers import judge_timers
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import Segment, SegmentSummary, plan_segments
 from storelib.errors import BadInput
@@ -154,6 +156,9 @@ def _rebuild(
             dledger_index_files,
             checkpoint,
         )
+        if timers_apply(run, store):  # the timer store and delay offsets (5.x): rebuilt files, rebuild.json's timers
+            timers = judge_timers(run, store, scratch, report.commitlog.max_offset, out=staging)
+            report = dataclasses.replace(report, timers=timers.to_dict())
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, CHECKPOINT), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), report.to_json().encode())

@@ -28,6 +28,7 @@ from storelib.broker.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
 from storelib.errors import Refused, RmqStoreError
 from storelib.formats.checkpoint import Checkpoint
+from storelib.formats.timerlog import DIR as TIMERLOG_DIR
 from storelib.layout import CHECKPOINT, inside
 from storelib.reports.plan import Step
 from udfs.fs import join, read_file, resolve
@@ -50,8 +51,13 @@ def _new_size(s: Step, old_size: int, new_size: Callable[[Step], int], cfg: Brok
     if s.action == "delete":
         return 0
     if s.action == "truncate":
-        return max(old_size, cfg.mappedFileSizeCommitLog)
+        return _truncated_size(s, old_size, cfg)
     return new_size(s)
+
+
+def _truncated_size(s: Step, old_size: int, cfg: BrokerConfig) -> int:
+    """A truncated file keeps its size; a commitlog segment is zero-filled up to the segment size."""
+    return old_size if s.file.startswith(TIMERLOG_DIR + "/") else max(old_size, cfg.mappedFileSizeCommitLog)
 
 
 def check_free_space(
@@ -108,7 +114,7 @@ def _change(s: Step, target: Path, root: Path, content: Callable[[Step], Piece],
         return hashlib.sha256().hexdigest()
     if s.action == "truncate":
         old, offset = target.stat().st_size, s.offset or 0
-        new = [Piece.of_file(target, 0, offset), Piece(None, offset, max(old, cfg.mappedFileSizeCommitLog))]
+        new = [Piece.of_file(target, 0, offset), Piece(None, offset, _truncated_size(s, old, cfg))]
     else:
         new = [content(s)]
     tmp, sha256 = write_tmp(root, new)

@@ -52,6 +52,9 @@ class BrokerConfig:
     rocksdbCQDoubleWriteEnable: bool = False
     combineCQUseRocksdbForLmq: bool = False  # with the above, 5.5.0 writes no LMQ units into file queues
     mapperFileSizeBatchConsumeQueue: int = 300_000 * BCQ_STORE_UNIT_SIZE
+    mappedFileSizeTimerLog: int = 104_857_600  # 5.x timerlog/ files
+    timerPrecisionMs: int = 1000  # 5.x: the time a timer wheel slot spans
+    appendTopicForTimerDeleteKey: bool = False  # 5.4.0+: a timer delete key is REAL_TOPIC+UNIQ_KEY, not UNIQ_KEY
     storeType: str = ""  # "" = not set: defaultRocksDB when the store's consumequeue/ holds a RocksDB, else default
     #: the log is DLedger's (dledger-<selfId>/data/): set by broker.conf or by the store's own directories
     enableDLegerCommitLog: bool = False
@@ -160,7 +163,14 @@ def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
 
 def validate(cfg: BrokerConfig) -> None:
     """The broker's own limits: positive Java ints, and every store file within one MappedByteBuffer."""
-    for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum"):
+    for name in (
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "mappedFileSizeTimerLog",
+        "timerPrecisionMs",
+    ):
         if not 0 < getattr(cfg, name) <= JAVA_INT_MAX:
             raise ConfigError(f"{name} must be between 1 and {JAVA_INT_MAX} (a Java int), got {getattr(cfg, name)}")
     if cfg.maxIndexNum < 2:

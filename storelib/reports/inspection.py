@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
+from storelib.broker.timers import timer_records
 from storelib.constants import (
     CHECKPOINT_SIZE,
     CQ_STORE_UNIT_SIZE,
@@ -176,15 +177,16 @@ def printable(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-def inspect_store(root: str | Path, cfg: BrokerConfig) -> StoreReport:
-    """Read everything under ``root`` (read-only) and describe it."""
+def inspect_store(root: str | Path, cfg: BrokerConfig, timer_batches: list | None = None) -> StoreReport:
+    """Read everything under ``root`` (read-only) and describe it; ``timer_batches`` receives the records of timers
+    and delay levels (storelib.broker.timers.timer_records) met on the way."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"no store directory at {root}")
     problems: list[str] = []
     topics: Counter[str] = Counter()
     dirs = segment_dirs([e.name for e in _listing(root, problems) if e.is_dir()])
-    segments = [s for d in dirs for s in _segments(root, d, cfg, topics, problems)]
+    segments = [s for d in dirs for s in _segments(root, d, cfg, topics, problems, timer_batches)]
     # a broker creates consumequeue/, index/ and checkpoint once it dispatches its first message
     written = any(s.records for s in segments)
     queues = _queues(root / CONSUMEQUEUE, cfg, problems, required=written)
@@ -224,7 +226,12 @@ def _listing(directory: Path, problems: list[str], required: bool = True) -> lis
 
 
 def _segments(
-    root: Path, directory: str, cfg: BrokerConfig, topics: Counter[str], problems: list[str]
+    root: Path,
+    directory: str,
+    cfg: BrokerConfig,
+    topics: Counter[str],
+    problems: list[str],
+    timer_batches: list | None = None,
 ) -> list[SegmentInfo]:
     """The segments in ``root/directory`` (commitlog/, or DLedger data files), each scanned."""
     out: list[SegmentInfo] = []
@@ -257,6 +264,9 @@ def _segments(
                 if first_ts is None:
                     first_ts = int(batch.store_timestamp[0])
                 topics.update(batch.topic)
+                found = timer_records(batch) if timer_batches is not None else None
+                if found is not None:
+                    timer_batches.append(found)
         end = scanner.end
         out.append(
             SegmentInfo(

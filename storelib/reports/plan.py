@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from posixpath import dirname
 from typing import Any
 
-from storelib.findings import KINDS, Finding, blocks_recover, is_divergence, is_repairable
+from storelib.findings import AREA_TIMERS, KINDS, Finding, blocks_recover, is_divergence, is_repairable
 from storelib.layout import CHECKPOINT
 
 ACTIONS = ("replace", "create", "delete", "truncate")
@@ -58,7 +58,7 @@ def recover_plan(
 ) -> Plan:
     """The audit's repairs less the queues the broker would stop reading (``stopping``, found in the rebuilt
     files), the torn commitlog tail when ``truncate`` (``--truncate-torn-tail``), then the checkpoint whenever
-    another file changes or a finding the checkpoint answers stands."""
+    another file changes (a timer file alone leaves it) or a finding the checkpoint answers stands."""
     steps = [r for r in repairs if dirname(r.file) not in stopping]
     notes = [
         f"{q}: left alone: the rebuilt queue has no entry for queue offset {at} (no record of it in the commitlog), "
@@ -72,7 +72,7 @@ def recover_plan(
             notes.append(
                 f"torn commitlog tail in {f.file} at file offset {f.file_offset}: left alone (--truncate-torn-tail)"
             )
-    if steps or any(KINDS[f.kind].by_checkpoint for f in findings):
+    if any(not _timer_step(s) for s in steps) or any(KINDS[f.kind].by_checkpoint for f in findings):
         steps.append(Step("replace", CHECKPOINT, "checkpoint for the rebuilt index"))
     notes += [
         f"{f.kind} {f.file}: not something recover changes ({f.message})"
@@ -80,3 +80,9 @@ def recover_plan(
         if is_divergence(f) and not is_repairable(f) and not blocks_recover(f)
     ]
     return Plan(tuple(steps), dict(stopping), tuple(notes))
+
+
+def _timer_step(s: Step) -> bool:
+    """A step for the timer store or the delay offsets (its reason is one such kind): the checkpoint stays."""
+    kind = KINDS.get(s.reason)
+    return kind is not None and kind.area == AREA_TIMERS

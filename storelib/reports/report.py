@@ -151,6 +151,9 @@ class RebuildReport:
     checkpoint: Checkpoint
     broker_rules: RulesRecord | None = None
     dledger_index_files: tuple[DLedgerIndexRecord, ...] = ()
+    #: the timer store and delay offsets (jobs.pipeline.timers.TimerResult.to_dict): counts, findings, pending
+    #: messages by real topic, the rebuilt files; empty for a store without them (or before 5.0 rules)
+    timers: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         """The file's text: sorted keys, one-space indent, a final newline."""
@@ -171,6 +174,7 @@ class RebuildReport:
             checkpoint=Checkpoint(**d["checkpoint"]),
             broker_rules=RulesRecord.from_json(rules) if rules else None,
             dledger_index_files=tuple(DLedgerIndexRecord(**f) for f in d.get("dledger_index_files", ())),
+            timers=d.get("timers", {}),
         )
 
     def index_file(self, name: str) -> IndexFileRecord | None:
@@ -360,6 +364,7 @@ class AuditSummary:
     commitlog: Mapping[str, int] | None = None
     queues: Mapping[str, int] | None = None
     index: Mapping[str, int] | None = None
+    timers: Mapping[str, int] | None = None  # the timer store's counts (timerlog units, pending timers, ...)
 
     def to_json(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -372,6 +377,7 @@ def audit_summary(
     commitlog: Mapping[str, int] | None,
     queues: Mapping[str, int] | None,
     index: Mapping[str, int] | None,
+    timers: Mapping[str, int] | None = None,
 ) -> AuditSummary:
     """The summary of an audit's findings (in report order) and counts."""
     severities = collections.Counter(f.severity for f in findings)
@@ -384,6 +390,7 @@ def audit_summary(
         commitlog=commitlog,
         queues=queues,
         index=index,
+        timers=timers,
     )
 
 

@@ -51,7 +51,12 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-mixed": (DLEDGER_SETTINGS, ("5.5.0",)),
+    # Timers.java instead of the workload: timers and delay levels still pending at the stop, behind 2,080-byte
+    # timerlog files (39 units each) so their units lie before the broker's timerlog recovery window
+    "timers": ({"mappedFileSizeTimerLog": "2080"}, tuple(v for v in VERSIONS if v >= "5")),
 }
+#: variants sent by Timers.java (mode send), not Workload.java
+TIMER_VARIANTS = ("timers",)
 # variants first written in file mode (the workload once, sent-filemode.jsonl), then by the same broker switched
 # to DLedger (the workload again): the old commitlog/ stays below dividedCommitlogOffset. TopicBatchCQ is a plain
 # topic there: the second run's createTopic may not set queue.type again ("unchangeable attribute")
@@ -167,7 +172,7 @@ def sources_hash(version: str, variant: str) -> str:
     """What defines one store: Workload.java, the pom and the settings of that version and variant (a new variant
     or version, or edits elsewhere, keep the other stores' cache)."""
     h = hashlib.sha256()
-    for name in ("Workload.java", "pom.xml"):
+    for name in ("Workload.java", "pom.xml", *(("Timers.java",) if variant in TIMER_VARIANTS else ())):
         h.update((HERE / name).read_bytes())
     settings = [VERSIONS[version], store_settings(version, variant), SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
     h.update(json.dumps(settings, sort_keys=True).encode())
@@ -191,9 +196,9 @@ def broker_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java, Served.java and Bench.java (make bench's sends) compiled against this version's client jars
-    (once per source hash)."""
-    sources = [HERE / "Workload.java", HERE / "Served.java", HERE / "Bench.java"]
+    """Workload.java, Served.java, Bench.java (make bench's sends) and Timers.java compiled against this version's
+    client jars (once per source hash)."""
+    sources = [HERE / "Workload.java", HERE / "Served.java", HERE / "Bench.java", HERE / "Timers.java"]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -292,11 +297,11 @@ class Running:
     broker: subprocess.Popen
 
     def workload(self, mode: str, *args: str) -> list[str]:
-        """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench") against
-        this broker."""
+        """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench";
+        Timers.java: "timers") against this broker."""
         cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        main = {"served": ["Served"], "bench": ["Bench"]}.get(mode, ["Workload", mode])
+        main = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"]}.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
@@ -406,7 +411,10 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
         with running_broker(version, work, file_mode) as broker:
             _send_workload(broker, work, False, seed, work / "sent-filemode.jsonl", batchcq=False)
     with running_broker(version, work, settings) as broker:
-        _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=variant not in MIXED_VARIANTS)
+        if variant in TIMER_VARIANTS:
+            broker.run_workload("timers", "send", f"out={work / 'sent.jsonl'}", f"seed={seed}", timeout=180)
+        else:
+            _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=variant not in MIXED_VARIANTS)
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)

@@ -1,0 +1,515 @@
+"""The timer store and the delay levels' offsets against the commitlog (Spark-free): the wheel the timerlog folds
+to, the units' records, the timer checkpoint, delayOffset.json (and its .bak, as ``ConfigManager.load`` falls
+back to it), the pending messages, and what recover writes. Formats: storelib.formats.timerlog, timerwheel,
+timercheck, delayoffset; rules: storelib.broker.timers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.broker import timers as rules
+from storelib.errors import StoreFormatError
+from storelib.findings import Finding, finding
+from storelib.formats import delayoffset, timercheck, timerlog, timerwheel
+from storelib.formats.timercheck import TimerCheckpoint
+
+WHEEL = timerwheel.FILE
+CHECKPOINT = timercheck.PATH
+DELAY_OFFSETS = delayoffset.PATH
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerStore:
+    """What the store holds of the timer store and the delay offsets (bytes as read; None: no such file)."""
+
+    timerlog: tuple[timerlog.Walk, ...]  # each file's units, in offset order
+    wheel: bytes | None
+    checkpoint: bytes | None
+    delay_offsets: str | None
+    delay_offsets_bak: str | None
+    snapshots: tuple[tuple[str, bytes], ...] = ()  # timerwheel.<flag> files (5.4.0+)
+    rocksdb_timer_records: int = -1  # records in rocksdbstore's timer column family (-1: none there, or not read)
+
+    @property
+    def present(self) -> bool:
+        """Whether the store has a timer store at all (5.x with timerWheelEnable)."""
+        return bool(self.timerlog) or self.wheel is not None or self.checkpoint is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The broker settings and facts the checks need."""
+
+    precision_ms: int
+    timer_log_file_size: int
+    release: tuple[int, ...]
+    delay_levels_ms: tuple[int, ...]
+    now_ms: int
+    log_end: int  # the commitlog's end: one past its last valid record
+    append_topic_for_delete_key: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerAudit:
+    """The findings, what recover writes (store-relative path -> bytes), the messages' states and the counts."""
+
+    findings: tuple[Finding, ...]
+    wheel: bytes | None  # the rebuilt timerwheel (None: the store has no timer store)
+    delay_table: dict[int, int]
+    delay_offsets: str | None  # the rebuilt delayOffset.json (None: no delay level has records)
+    checkpoint: TimerCheckpoint | None
+    cut_at: int | None  # timerlog offset from which units point past the commitlog's end (recover zeroes them)
+    writes: dict[str, str]  # store-relative file -> the finding kind it answers
+    timers: tuple[rules.Message, ...]
+    schedule: tuple[rules.Message, ...]
+    counts: dict[str, int]
+
+    def pending(self) -> list[rules.Message]:
+        return [m for m in (*self.timers, *self.schedule) if m.pending]
+
+
+def _units(store: TimerStore) -> tuple[np.ndarray, np.ndarray]:
+    """All units in timerlog order and their timerlog offsets."""
+    units = [w.units for w in store.timerlog]
+    pos = [w.positions for w in store.timerlog]
+    if not units:
+        return np.zeros(0, timerlog.UNIT_DTYPE), np.zeros(0, np.int64)
+    return np.concatenate(units), np.concatenate(pos)
+
+
+def _cut(units: np.ndarray, positions: np.ndarray, log_end: int) -> tuple[int | None, int]:
+    """Where the units stop pointing into the log (the first unit at or past its end, when every later one is too:
+    a truncated log leaves a suffix), and how many units past the end lie before some unit inside it."""
+    past = units["offset_py"] >= log_end
+    if not past.any():
+        return None, 0
+    first = int(np.flatnonzero(past)[0])
+    stray = int((~past[first:]).sum())
+    return (int(positions[first]) if not stray else None), stray
+
+
+def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudit:
+    """Every check of the timer store and the delay offsets; the files recover would write."""
+    found: list[Finding] = []
+    writes: dict[str, str] = {}
+    units, positions = _units(store)
+    cut_at, stray = _cut(units, positions, s.log_end)
+    kept = positions < cut_at if cut_at is not None else np.ones(len(units), bool)
+    timers = rules.timer_states(records, s.release, s.append_topic_for_delete_key)
+    schedule = rules.schedule_states(records, s.delay_levels_ms)
+    wheel = None
+    checkpoint = None
+    if store.present:
+        found += _log_findings(store, units, positions, records, s, cut_at, stray)
+        state = timerwheel.fold(
+            timerwheel.empty_state(),
+            timerlog.unit_time(units[kept]),
+            positions[kept],
+            units["magic"][kept],
+            s.precision_ms,
+        )
+        wheel = timerwheel.wheel_bytes(state)
+        found += _wheel_findings(store.wheel, wheel, int(positions[0]) if len(positions) else 0, writes)
+        found += _snapshot_findings(store, units, positions, s)
+        checkpoint, ck_found = _checkpoint(store, units[kept], positions[kept], records, timers, s, cut_at)
+        found += ck_found
+        if ck_found:
+            writes[CHECKPOINT] = ck_found[0].kind
+        found += _lookback(units[kept], timers, s)
+    if store.rocksdb_timer_records > 0:
+        message = (
+            f"the RocksDB timer store ({rules.ROCKSDB_DIR}/, column family {rules.ROCKSDB_TIMER_FAMILY}) holds "
+            f"{store.rocksdb_timer_records} record(s): they are not checked, rebuilt nor listed as pending"
+        )
+        found.append(
+            finding("timer-rocksdb-not-audited", rules.ROCKSDB_DIR, message, count=store.rocksdb_timer_records)
+        )
+    table, odd = rules.delivered_offsets(schedule)
+    found += _schedule_findings(store, table, odd, writes)
+    text = None
+    if table:
+        version = _live_data_version(store)
+        text = delayoffset.encode(table, version, fastjson2=s.release[:2] >= (5, 4))
+    counts = {
+        "timerlog_files": len(store.timerlog),
+        "timerlog_units": len(units),
+        "wheel_slots_used": int(np.count_nonzero(np.frombuffer(wheel, timerwheel.SLOT_DTYPE)["time"])) if wheel else 0,
+        "timers": len(timers),
+        "timers_pending": sum(m.pending for m in timers),
+        "delayed": len(schedule),
+        "delayed_pending": sum(m.pending for m in schedule),
+    }
+    return TimerAudit(
+        tuple(found), wheel, table, text, checkpoint, cut_at, writes, tuple(timers), tuple(schedule), counts
+    )
+
+
+def _record_index(records: pa.Table) -> tuple[np.ndarray, pa.Table]:
+    """The rmq_sys_wheel_timer records sorted by commitlog offset, and their offsets."""
+    t = records.filter(pc.equal(records["topic"], rules.TIMER_TOPIC)).sort_by("commitlog_offset")
+    return t["commitlog_offset"].to_numpy(), t
+
+
+def _log_findings(
+    store: TimerStore,
+    units: np.ndarray,
+    positions: np.ndarray,
+    records: pa.Table,
+    s: Settings,
+    cut_at: int | None,
+    stray: int,
+) -> list[Finding]:
+    """The timerlog's files and units: torn files, units past the log, units without their record, units whose time
+    is not the record's TIMER_OUT_MS, units enqueued twice."""
+    out = []
+    for k, w in enumerate(store.timerlog):
+        last = k == len(store.timerlog) - 1
+        if w.why == timerlog.END_BAD or (not last and w.why != timerlog.END_BLANK):
+            rel = f"{timerlog.DIR}/{timerlog.file_name(w.start)}"
+            message = (
+                f"the units stop at file offset {w.end} ({w.why}) before the end of the timerlog: the broker's "
+                "recovery truncates the timerlog there when it reaches this file, and every later unit is lost"
+            )
+            out.append(finding("timer-log-torn", rel, message, file_offset=w.end, commitlog_offset=None))
+    past = units["offset_py"] >= s.log_end
+    if past.any():
+        first = int(np.flatnonzero(past)[0])
+        where = (
+            "recover cuts the timerlog there"
+            if cut_at is not None
+            else (f"{stray} unit(s) after them point inside the log, so recover leaves the timerlog as it is")
+        )
+        out.append(
+            finding(
+                "timer-unit-past-log",
+                _unit_file(int(positions[first]), s),
+                f"{int(past.sum())} timerlog unit(s) point at or past the commitlog's end {s.log_end:,} (a truncated "
+                f"log): dequeue cannot read them and drops their timers; {where}",
+                file_offset=int(positions[first]) % s.timer_log_file_size,
+                commitlog_offset=int(units["offset_py"][first]),
+                count=int(past.sum()),
+            )
+        )
+    inside = np.flatnonzero(~past)
+    offsets, t = _record_index(records)
+    at = np.searchsorted(offsets, units["offset_py"][inside])
+    at_c = np.minimum(at, max(len(offsets) - 1, 0))
+    sizes = t["size"].to_numpy() if len(offsets) else np.zeros(0, np.int32)
+    found_rec = (
+        (at < len(offsets)) & (offsets[at_c] == units["offset_py"][inside])
+        if len(offsets)
+        else np.zeros(len(inside), bool)
+    )
+    found_rec &= (sizes[at_c] == units["size_py"][inside]) if len(offsets) else found_rec
+    missing = inside[~found_rec]
+    if len(missing):
+        i = int(missing[0])
+        out.append(
+            finding(
+                "timer-unit-bad-record",
+                _unit_file(int(positions[i]), s),
+                f"{len(missing)} timerlog unit(s) point at no rmq_sys_wheel_timer record of their size (the first: "
+                f"offset {int(units['offset_py'][i]):,}, size {int(units['size_py'][i])}): dequeue cannot decode "
+                "the message and drops the timer",
+                file_offset=int(positions[i]) % s.timer_log_file_size,
+                commitlog_offset=int(units["offset_py"][i]),
+                count=len(missing),
+            )
+        )
+    out += _time_findings(units, positions, inside[found_rec], at_c[found_rec], t, s)
+    dup = _duplicates(units[~past])
+    if dup:
+        out.append(
+            finding(
+                "timer-unit-duplicate",
+                timerlog.DIR,
+                f"{dup} rmq_sys_wheel_timer record(s) have more than one timerlog unit (an enqueue retried): the "
+                "broker delivers each of them once per unit",
+                count=dup,
+            )
+        )
+    return out
+
+
+def _unit_file(position: int, s: Settings) -> str:
+    return f"{timerlog.DIR}/{timerlog.file_name(position // s.timer_log_file_size * s.timer_log_file_size)}"
+
+
+def _time_findings(
+    units: np.ndarray, positions: np.ndarray, which: np.ndarray, at: np.ndarray, t: pa.Table, s: Settings
+) -> list[Finding]:
+    """Units filed under another time than their record's TIMER_OUT_MS (a roll unit: not after it)."""
+    if not len(which):
+        return []
+    out_ms = rules.int_column(t["timer_out_ms"])[at]
+    when = timerlog.unit_time(units[which])
+    roll = (units["magic"][which] & timerlog.MAGIC_ROLL) != 0
+    bad = np.flatnonzero(np.where(roll, when > out_ms, when != out_ms))
+    if not len(bad):
+        return []
+    i = int(which[bad[0]])
+    return [
+        finding(
+            "timer-unit-wrong-time",
+            _unit_file(int(positions[i]), s),
+            f"{len(bad)} timerlog unit(s) are filed under another time than their record's TIMER_OUT_MS (the "
+            f"first: {int(when[bad[0]])} for {int(out_ms[bad[0]])}): the broker delivers them at the unit's time",
+            file_offset=int(positions[i]) % s.timer_log_file_size,
+            commitlog_offset=int(units["offset_py"][i]),
+            count=len(bad),
+            expected=str(int(out_ms[bad[0]])),
+            actual=str(int(when[bad[0]])),
+        )
+    ]
+
+
+def _duplicates(units: np.ndarray) -> int:
+    """Records with more than one unit that is not a roll unit (a roll re-puts the message: a new record)."""
+    plain = units["offset_py"][(units["magic"] & timerlog.MAGIC_ROLL) == 0]
+    _, n = np.unique(plain, return_counts=True)
+    return int((n > 1).sum())
+
+
+def _wheel_findings(live: bytes | None, rebuilt: bytes, timerlog_start: int, writes: dict[str, str]) -> list[Finding]:
+    """The live timerwheel against the fold of the timerlog: missing, of the wrong size, or slots that differ (slots
+    whose units were all in timerlog files already deleted are left out: their time is long past)."""
+    if live is None:
+        writes[WHEEL] = "timer-wheel-missing"
+        message = (
+            "the timer wheel is missing: the broker starts with an empty wheel and refills only the slots of the "
+            "timerlog units from its last flush position minus one file; earlier pending timers are never delivered"
+        )
+        return [finding("timer-wheel-missing", WHEEL, message)]
+    if len(live) != timerwheel.WHEEL_SIZE:
+        writes[WHEEL] = "timer-wheel-size"
+        message = f"the timer wheel is {len(live):,} bytes, not {timerwheel.WHEEL_SIZE:,}: the broker does not start"
+        return [finding("timer-wheel-size", WHEEL, message, expected=str(timerwheel.WHEEL_SIZE), actual=str(len(live)))]
+    live_slots, want = timerwheel.read_slots(live), timerwheel.read_slots(rebuilt)
+    bad = timerwheel.differing_slots(live_slots, want)
+    expired = (live_slots["last_pos"][bad] < timerlog_start) & (want["time"][bad] == 0)
+    bad = bad[~expired]
+    if not len(bad):
+        return []
+    writes[WHEEL] = "timer-slot-wrong"
+    i = int(bad[0])
+    message = (
+        f"{len(bad)} wheel slot(s) differ from the timerlog's fold (the first: slot {i}, "
+        f"{_slot_text(live_slots[i])} instead of {_slot_text(want[i])}): dequeue walks a slot back from its lastPos, "
+        "so its timers are lost, repeated or delivered at another time"
+    )
+    return [
+        finding(
+            "timer-slot-wrong",
+            WHEEL,
+            message,
+            file_offset=i * timerwheel.SLOT_SIZE,
+            count=len(bad),
+            expected=_slot_text(want[i]),
+            actual=_slot_text(live_slots[i]),
+        )
+    ]
+
+
+def _slot_text(slot: np.void) -> str:
+    return (
+        f"time {int(slot['time'])} first {int(slot['first_pos'])} last {int(slot['last_pos'])} "
+        f"num {int(slot['num'])} magic {int(slot['magic'])}"
+    )
+
+
+def _snapshot_findings(store: TimerStore, units: np.ndarray, positions: np.ndarray, s: Settings) -> list[Finding]:
+    """Each ``timerwheel.<flag>`` snapshot (5.4.0+) against the fold of the units before its flag."""
+    out = []
+    for name, data in store.snapshots:
+        flag = timerwheel.snapshot_flag(name)
+        if flag is None:
+            continue
+        before = positions < flag
+        state = timerwheel.fold(
+            timerwheel.empty_state(),
+            timerlog.unit_time(units[before]),
+            positions[before],
+            units["magic"][before],
+            s.precision_ms,
+        )
+        live = timerwheel.read_slots(data)
+        bad = timerwheel.differing_slots(live, timerwheel.read_slots(timerwheel.wheel_bytes(state)))
+        if len(data) != timerwheel.WHEEL_SIZE or len(bad):
+            message = (
+                f"the wheel snapshot at timerlog position {flag} differs from the fold of the units before it in "
+                f"{len(bad)} slot(s): with timerWheelSnapshotFlush the broker loads the newest snapshot at start"
+            )
+            out.append(finding("timer-snapshot-wrong", name, message, count=len(bad)))
+    return out
+
+
+def _checkpoint(
+    store: TimerStore,
+    units: np.ndarray,
+    positions: np.ndarray,
+    records: pa.Table,
+    timers: Sequence[rules.Message],
+    s: Settings,
+    cut_at: int | None,
+) -> tuple[TimerCheckpoint, list[Finding]]:
+    """The live timer checkpoint, or (missing, unreadable, or ahead of the timerlog or of rmq_sys_wheel_timer's
+    records) the one the timerlog and the commitlog give, with the finding."""
+    end = int(positions[-1]) + timerlog.UNIT_SIZE if len(positions) else 0
+    timer_records = records.filter(pc.equal(records["topic"], rules.TIMER_TOPIC))
+    queue_end = int(pc.max(timer_records["queue_offset"]).as_py()) + 1 if timer_records.num_rows else 0
+    try:
+        live = TimerCheckpoint.unpack(store.checkpoint) if store.checkpoint is not None else None
+    except StoreFormatError:
+        live = None
+    derived = _derived_checkpoint(units, end, timer_records, timers, s, live)
+    if live is None:
+        what = "missing" if store.checkpoint is None else f"{len(store.checkpoint)} bytes"
+        message = (
+            f"the timer checkpoint is {what}: the broker starts from zero, enqueues rmq_sys_wheel_timer again from "
+            "its first record and reads the wheel from 7 days back, delivering timers again"
+        )
+        return derived, [finding("timer-checkpoint-unreadable", CHECKPOINT, message)]
+    ahead = []
+    if live.last_timer_log_flush_pos > end or cut_at is not None:
+        ahead.append(f"lastTimerLogFlushPos {live.last_timer_log_flush_pos:,} past the timerlog's end {end:,}")
+    if max(live.last_timer_queue_offset, live.master_timer_queue_offset) > queue_end:
+        ahead.append(
+            f"queue offset {max(live.last_timer_queue_offset, live.master_timer_queue_offset):,} past "
+            f"rmq_sys_wheel_timer's {queue_end:,} records"
+        )
+    if not ahead:
+        return live, []
+    release = "5.3.0 and later move" if rules.clamps_queue_offset(s.release) else "5.0.0 to 5.2.x do not move"
+    message = (
+        f"the timer checkpoint is ahead of the store ({'; '.join(ahead)}): dequeue cannot read what it points at, "
+        f"and {release} the enqueue offset back into the queue, so new timers wait until the queue grows past it"
+    )
+    return derived, [finding("timer-checkpoint-ahead", CHECKPOINT, message)]
+
+
+def _derived_checkpoint(
+    units: np.ndarray,
+    end: int,
+    timer_records: pa.Table,
+    timers: Sequence[rules.Message],
+    s: Settings,
+    live: TimerCheckpoint | None,
+) -> TimerCheckpoint:
+    """A checkpoint the store vouches for: the wheel read up to the earliest slot holding a pending timer (else one
+    slot past the last unit's), the timerlog flushed to its end, rmq_sys_wheel_timer enqueued up to one past the
+    last record that has a unit or was delivered; the live DataVersion kept."""
+    pending = {m.commitlog_offset for m in timers if m.pending}
+    when = timerlog.unit_time(units) // s.precision_ms * s.precision_ms
+    waiting = np.isin(units["offset_py"], list(pending))
+    last = int(when.max()) + s.precision_ms if len(when) else 0
+    read = int(when[waiting].min()) if waiting.any() else last
+    done = set(units["offset_py"].tolist()) | {m.commitlog_offset for m in timers if m.delivered_at is not None}
+    offsets = timer_records["commitlog_offset"].to_numpy()
+    queue = timer_records["queue_offset"].to_numpy()
+    handled = np.isin(offsets, list(done))
+    enqueued = int(queue[handled].max()) + 1 if handled.any() else 0
+    version = (live.state_version, live.data_version_timestamp, live.data_version_counter) if live else (0, 0, 0)
+    return TimerCheckpoint(read, end, enqueued, enqueued, *version)
+
+
+def _lookback(units: np.ndarray, timers: Sequence[rules.Message], s: Settings) -> list[Finding]:
+    """Pending timers filed before the 7-day look-back: the broker never reads their slots again."""
+    floor = rules.read_floor_ms(s.now_ms, s.precision_ms)
+    pending = {m.commitlog_offset for m in timers if m.pending}
+    lost = np.isin(units["offset_py"], list(pending)) & (timerlog.unit_time(units) < floor)
+    if not lost.any():
+        return []
+    message = (
+        f"{int(lost.sum())} pending timer(s) are due before the broker's 7-day look-back ({floor} ms): a broker "
+        "started now never delivers them; send them again (rmqstore inspect --pending-out)"
+    )
+    return [finding("timer-lookback-exceeded", timerlog.DIR, message, count=int(lost.sum()))]
+
+
+def effective_delay_offsets(store: TimerStore) -> tuple[dict[int, int] | None, str]:
+    """The offset table ``ConfigManager.load`` ends with, and from which file: delayOffset.json when it has
+    content that parses, else its .bak (when that has content that does not parse: None, the broker does not
+    start), else an empty table."""
+    for text, name in ((store.delay_offsets, DELAY_OFFSETS), (store.delay_offsets_bak, DELAY_OFFSETS + ".bak")):
+        if text:
+            try:
+                return delayoffset.parse(text, name)[0], name
+            except StoreFormatError:
+                if name.endswith(".bak"):
+                    return None, name
+    return {}, ""
+
+
+def _live_data_version(store: TimerStore) -> dict | None:
+    for text in (store.delay_offsets, store.delay_offsets_bak):
+        try:
+            version = delayoffset.parse(text)[1] if text else None
+        except StoreFormatError:
+            continue
+        if version is not None:
+            return version
+    return None
+
+
+def _schedule_findings(
+    store: TimerStore, table: dict[int, int], odd: Sequence[rules.Message], writes: dict[str, str]
+) -> list[Finding]:
+    """The delay offsets the broker would load against those the commitlog shows delivered."""
+    live, source = effective_delay_offsets(store)
+    out = []
+    if live is None:
+        message = (
+            "delayOffset.json and delayOffset.json.bak cannot be read: ConfigManager.load fails, the broker does not "
+            "start"
+        )
+        out.append(finding("schedule-offsets-unreadable", DELAY_OFFSETS, message))
+    else:
+        out += _compare_levels(live, table, source)
+    if odd:
+        m = odd[0]
+        message = (
+            f"{len(odd)} delayed message(s) were delivered after an earlier one of their level was not (the first: "
+            f"level {m.queue_id + 1}, queue offset {m.queue_offset}): no offset says so; they are delivered again"
+        )
+        out.append(finding("schedule-delivered-out-of-order", DELAY_OFFSETS, message, count=len(odd)))
+    if any(f.kind != "schedule-delivered-out-of-order" for f in out):
+        writes[DELAY_OFFSETS] = out[0].kind
+    return out
+
+
+def _compare_levels(live: dict[int, int], table: dict[int, int], source: str) -> list[Finding]:
+    out = []
+    read = f"read from {source}" if source else "no delayOffset.json nor .bak"
+    missing = sorted(level for level in table if level not in live)
+    if missing:
+        message = (
+            f"no delivered offset for delay level(s) {', '.join(map(str, missing))} ({read}): the broker starts those "
+            "levels at their first record and delivers every delayed message of them again"
+        )
+        out.append(finding("schedule-offsets-missing", DELAY_OFFSETS, message, count=len(missing)))
+    for level in sorted(set(table) & set(live)):
+        have, want = live[level], table[level]
+        if have < want:
+            message = (
+                f"delay level {level} ({read}) says {have}, but the commitlog shows its queue delivered up to {want}: "
+                f"the broker delivers {want - have} message(s) again"
+            )
+            out.append(_level("schedule-offset-behind", level, message, want, have))
+        elif have > want:
+            message = (
+                f"delay level {level} ({read}) says {have}, but the commitlog shows its queue delivered only up to "
+                f"{want}: the broker never delivers the {have - want} message(s) between"
+            )
+            out.append(_level("schedule-offset-ahead", level, message, want, have))
+    return out
+
+
+def _level(kind: str, level: int, message: str, want: int, have: int) -> Finding:
+    where = {"topic": rules.SCHEDULE_TOPIC, "queue_id": level - 1, "queue_offset": min(want, have)}
+    return finding(kind, DELAY_OFFSETS, message, count=abs(want - have), expected=str(want), actual=str(have), **where)
