@@ -640,16 +640,19 @@ def find_record_start(
 
 
 def find_properties(
-    a: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...]
+    a: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...], split_pairs: bool = False
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Value (start, length) in ``a`` of each named property of each record, start -1 when absent.
 
     ``string2messageProperties`` over the bytes: pieces split by ``\\x02``, the first ``\\x01`` of
     a piece ends its name; pieces with an empty name or an empty value are skipped and a later
-    duplicate wins.
+    duplicate wins. ``split_pairs`` (releases before 4.9.1: ``piece.split("\\x01")`` must give two parts): a
+    piece whose value holds another ``\\x01`` is skipped, trailing ``\\x01`` are dropped.
     """
     raw = [name.encode("utf-8") for name in names]
     name_bytes = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
     name_end = np.cumsum([len(r) for r in raw], dtype=np.int64)
-    starts, lengths = kernel.find_properties(a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end)
+    starts, lengths = kernel.find_properties(
+        a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end, split_pairs
+    )
     return {name: (starts[j], lengths[j]) for j, name in enumerate(names)}

@@ -20,7 +20,7 @@ import javaproperties
 from storelib.batchcq import BCQ_STORE_UNIT_SIZE
 from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import ConfigError
-from storelib.versions import RuleSet, rules_for
+from storelib.versions import DEFAULT_RELEASE, RuleSet, rules_for
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -55,7 +55,7 @@ class BrokerConfig:
     storeType: str = ""  # "" = not set: defaultRocksDB when the store's consumequeue/ holds a RocksDB, else default
     #: the log is DLedger's (dledger-<selfId>/data/): set by broker.conf or by the store's own directories
     enableDLegerCommitLog: bool = False
-    #: the broker release whose rules apply (``--broker-version``); "" = not given: 4.9 rules unless detected
+    #: the broker release whose rules apply (``--broker-version``); "" = not given: DEFAULT_RELEASE unless detected
     brokerVersion: str = ""
     #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
     batchCQTopics: tuple[str, ...] = ()
@@ -66,7 +66,12 @@ class BrokerConfig:
     @property
     def rules(self) -> RuleSet:
         """The dispatch rules of ``brokerVersion`` (storelib.versions)."""
-        return rules_for(self.brokerVersion or "4.9")
+        return rules_for(self.brokerVersion or DEFAULT_RELEASE)
+
+    @property
+    def hash_slot_every_put(self) -> bool:
+        """The IndexFile header's hashSlotCount counts every put (releases before 4.7.1, or hashSlotCountRule)."""
+        return self.hashSlotCountRule == "every-put" or self.rules.hash_slot_every_put
 
     @property
     def rocksdb_consume_queue(self) -> bool:
@@ -147,10 +152,23 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
 
 #: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
 _FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics")
+#: the names releases before 4.5.0 read (``MessageStoreConfig.setMapedFileSizeCommitLog``, 4.3.2 and 4.4.0 jars;
+#: 4.5.2 has the new ones): taken when the file does not set the new name
+OLD_NAMES = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+
+def with_new_names(props: dict[str, str]) -> dict[str, str]:
+    """``props`` with each OLD_NAMES setting under its new name, unless the new name is set too."""
+    return {**{new: props[old] for old, new in OLD_NAMES.items() if old in props}, **props}
 
 
 def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
-    """Take the settings BrokerConfig knows; everything else in the file is ignored."""
+    """Take the settings BrokerConfig knows (the OLD_NAMES of releases before 4.5.0 too); everything else in the
+    file is ignored."""
+    props = with_new_names(props)
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in _FROM_STORE}
     kwargs = {name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields}
     cfg = BrokerConfig(**kwargs)
@@ -236,7 +254,7 @@ def load_store_config(path: str | Path | None, segment_sizes: Iterable[int]) -> 
     takes it from the files (the note says so); one that sets it otherwise is kept, and the note names the
     contradiction.
     """
-    props = read_properties(path) if path is not None else {}
+    props = with_new_names(read_properties(path)) if path is not None else {}
     cfg = _broker_config(props, path)
     size = segment_size_of(segment_sizes)
     if size is None or size == cfg.mappedFileSizeCommitLog:

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Run
 from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
 from storelib.config import BrokerConfig, batch_cq_topics
+from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
 from storelib.errors import StoreFormatError
 from storelib.indexfile import IndexFileReader, IndexHeader, key_hash_of
@@ -24,10 +25,22 @@ from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.segments import Segment, SegmentSummary
-from storelib.versions import CONFIG_JSON, BrokerRules, RuleInputs, StoreFacts, config_keys, record_clues, select
+from storelib.versions import (
+    CONFIG_JSON,
+    DEFAULT_RELEASE,
+    BrokerRules,
+    RuleInputs,
+    StoreFacts,
+    config_keys,
+    record_clues,
+    select,
+)
 from udfs.fs import join, map_file, read_file, resolve
 
-#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages
+#: the property an append gives LMQ records (whose source topics tell which releases can have written them)
+LMQ_OFFSET_NAME = b"INNER_MULTI_QUEUE_OFFSET"
+#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages and
+#: the source topic of a record with LMQ offsets
 SAMPLE_BYTES = 4 << 20
 
 
@@ -84,7 +97,8 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
         enableDLegerCommitLog=dledger,
     )
     rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
-    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
+    given = rules.source == "--broker-version" and rules.releases is None
+    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion if given else rules.lowest_release), rules
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
@@ -113,28 +127,31 @@ def read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
 def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
     """The clues detection reads: root, config/ and consumequeue/ entries, the key paths of config/ JSON files, the
     checkpoint, and the first SAMPLE_BYTES of up to SAMPLE_SEGMENTS segments (``sampled_segments``) until
-    TAG_KEY_SAMPLE tagged messages are found, whose tag keys are looked up in the live IndexFiles (a local
-    IndexFile is memory-mapped, a remote one read whole)."""
+    TAG_KEY_SAMPLE tagged messages and a record with LMQ offsets are found; the tag keys are looked up in the live
+    IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too."""
     index_dir = join(root, INDEX)
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
-    cfg49 = dataclasses.replace(cfg, brokerVersion="4.9")
+    cfg49 = dataclasses.replace(cfg, brokerVersion=DEFAULT_RELEASE)  # the sample's dispatch: keys, tags, LMQ
     counts: dict[str, int] = {}
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
+    lmq_sources: set[str] = set()
     for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
         data = read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
+        if len(tagged) >= TAG_KEY_SAMPLE and (lmq_sources or LMQ_OFFSET_NAME not in data):
+            continue  # enough tagged messages: only records with LMQ offsets are still looked for
         scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
         for b in scanner:
             d = dispatch_batch(b, cfg49)
             counts.update(record_clues(b, counts))
+            lmq_sources.update(topic for topic, _ in d.lmq_sources)
             topics, tags, uniq = b.topic, d.tags, d.uniq_key
             for i in np.flatnonzero(d.to_consume_queue).tolist():
                 if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
                     t = topics[i]
                     tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
-        if len(tagged) >= TAG_KEY_SAMPLE:
-            break
     found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
+    slot_counts = _slot_counts(fs, index, headers, cfg)
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
         consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
@@ -143,7 +160,23 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
         tag_keys_found=found,
         tag_keys_checked=checked,
         **_config_facts(fs, root),
+        rocksdb_config=cfg.storeType == "defaultRocksDB",
+        lmq_sources=tuple(sorted(lmq_sources)),
+        index_slot_counts=slot_counts,
     )
+
+
+def _slot_counts(
+    fs: pafs.FileSystem, index: list[str], headers: list[IndexHeader], cfg: BrokerConfig
+) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, hashSlotCount, puts, occupied slots) of the first live IndexFile whose puts (indexCount - 1) are more
+    than its occupied slots: what tells a release that counts every put (storelib.versions._slot_count_clues)."""
+    for path, h in zip(index, headers):
+        slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
+        occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1
+        if len(slots) == cfg.maxHashSlotNum and occupied < puts:
+            return ((path.rsplit("/", 1)[-1], h.hash_slot_count, puts, occupied),)
+    return ()
 
 
 def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:
