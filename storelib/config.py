@@ -99,6 +99,11 @@ class BrokerConfig:
         return tuple(t for t in self.rocksdbBatchCQTopics if t not in self.batchCQTopics)
 
     @property
+    def appended_lmq(self) -> bool:
+        """LMQ queues hold their units densely, each at the queue's write position (RuleSet.lmq_units_appended)."""
+        return self.multi_dispatch_to_files and self.rules.lmq_units_appended
+
+    @property
     def multi_dispatch_to_files(self) -> bool:
         """LMQ units go into file ConsumeQueues: ``enableMultiDispatch``, unless 5.5.0 keeps LMQ in RocksDB."""
         return self.enableMultiDispatch and not (self.rocksdbCQDoubleWriteEnable and self.combineCQUseRocksdbForLmq)

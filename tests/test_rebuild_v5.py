@@ -18,7 +18,6 @@ from jobs.pipeline.audit import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild import rebuild
 from storelib.config import load_broker_config
-from storelib.errors import AmbiguousRelease
 from storelib.rocksdbcq import unit_key
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEED, SEEDS
@@ -42,7 +41,7 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     assert queues["%LMQ%room-4", 0].entries == 72
 
 
-DETECTED = {"4.9.7": "4.9", "5.3.3": "5.2", "5.5.0": "5.5"}
+DETECTED = {"4.9.7": "4.9.3", "5.3.3": "5.2", "5.5.0": "5.5"}
 
 
 @pytest.mark.broker
@@ -67,25 +66,19 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
 
 @pytest.mark.broker
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_5_5_store_without_its_index_is_never_given_guessed_rules(spark, tmp_path: Path, seed: int) -> None:
+def test_a_5_5_store_without_its_index_and_config_is_rebuilt_byte_exact(spark, tmp_path: Path, seed: int) -> None:
     """index/ lost from the real 5.5.0 broker's store: config/ still tells 5.5 (detected, byte-exact). index/ and
-    config/ lost: the clues left allow 5.4.0 or later, whose IndexFiles differ for its tagged messages: the rebuild
-    stops and writes nothing; with --broker-version 5.5.0 it is byte-exact."""
+    config/ lost: the clues left allow 5.4.0 or later, whose rows write the same files (the real 5.4.0 broker puts
+    topic#T#<TAGS> too): byte-exact with no flag, and with --broker-version 5.5.0."""
     store = harness_store("5.5.0", "default", seed)
     cfg = load_broker_config(store / "broker.conf")
     for lost in (("index",), ("index", "config")):
         copy = tmp_path / "-".join(lost)
         shutil.copytree(store / "store", copy, ignore=shutil.ignore_patterns(*lost, "lock"))
-        if lost == ("index",):
-            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "detected"))
-            assert_same_index(store / "store", tmp_path / "detected")
-            continue
-        with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
-            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "guessed"))
-        assert e.value.choices == ["5.4.0", "5.5.0"]
-        assert not (tmp_path / "guessed").exists()
-        rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(copy), str(tmp_path / "given"))
-        assert_same_index(store / "store", tmp_path / "given")
+        rebuild(Run(spark, cfg), str(copy), str(tmp_path / f"detected-{len(lost)}"))
+        assert_same_index(store / "store", tmp_path / f"detected-{len(lost)}")
+    rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(copy), str(tmp_path / "given"))
+    assert_same_index(store / "store", tmp_path / "given")
 
 
 @pytest.mark.broker
