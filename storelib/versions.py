@@ -181,7 +181,7 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
     (
         "5.2",
         (5, 2, 0),
-        ("5.2.0",),
+        ("5.2.0", "5.3.0"),
         {
             "lmq_skip_source_prefixes": (_RETRY, _SYS),
             "lmq_skip_source_topics": (_SCHEDULE,),
@@ -194,8 +194,8 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
         ("5.3.1",),
         {"lmq_offset_skip_prefixes": (_RETRY, _SYS), "lmq_offset_skip_topics": (_SCHEDULE,)},
     ),
-    ("5.3.2", (5, 3, 2), ("5.3.3",), {"recover_normal": CQ_OFFSET}),
-    ("5.4", (5, 4, 0), (), {"index_tag_keys": True}),
+    ("5.3.2", (5, 3, 2), ("5.3.2", "5.3.3"), {"recover_normal": CQ_OFFSET}),
+    ("5.4", (5, 4, 0), ("5.4.0",), {"index_tag_keys": True}),
     (
         "5.5",
         (5, 5, 0),
