@@ -347,6 +347,14 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.physical_offset)
 
+    def part(self, lo: int, hi: int) -> RecordBatch:
+        """Records ``lo`` up to ``hi`` of the batch (the same buffer and topic names)."""
+        values = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            values[f.name] = v[lo:hi] if isinstance(v, np.ndarray) and f.name != "buf" else v
+        return RecordBatch(**values)
+
     @functools.cached_property
     def topic(self) -> list[str]:
         """Each record's topic (built once per batch: callers index it per record)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import os
 import stat
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import javaproperties
+import numpy as np
 
 from storelib.batchcq import BCQ_STORE_UNIT_SIZE
 from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
@@ -62,11 +64,29 @@ class BrokerConfig:
     #: BatchCQ topics of the RocksDB config/topics/ of a store with a RocksDB ConsumeQueue (5.2+): their records'
     #: queue offsets advance by INNER_NUM (no INNER_BASE), whatever storeType the broker now runs with
     rocksdbBatchCQTopics: tuple[str, ...] = ()
+    #: a store written by several releases in turn (an in-place upgrade): (commitlog offset where a later release's
+    #: records start, that release); records before the first start are brokerVersion's (storelib.versions.Stretch)
+    releaseStretches: tuple[tuple[int, str], ...] = ()
 
     @property
     def rules(self) -> RuleSet:
         """The dispatch rules of ``brokerVersion`` (storelib.versions)."""
         return rules_for(self.brokerVersion or DEFAULT_RELEASE)
+
+    def stretch_parts(self, offsets: np.ndarray) -> list[tuple[int, int, int, BrokerConfig]]:
+        """(stretch number, first, end) of each run of ``offsets`` (commitlog offsets, ascending) in one stretch of
+        releaseStretches, with the config of the release that wrote it."""
+        if not self.releaseStretches:
+            return [(0, 0, len(offsets), self)]
+        starts = np.array([start for start, _ in self.releaseStretches], np.int64)
+        which = np.searchsorted(starts, offsets, side="right")
+        cuts = [0, *(np.flatnonzero(np.diff(which)) + 1).tolist(), len(offsets)]
+        versions = [self.brokerVersion] + [v for _, v in self.releaseStretches]
+        return [
+            (int(which[lo]), lo, hi, dataclasses.replace(self, brokerVersion=versions[which[lo]], releaseStretches=()))
+            for lo, hi in itertools.pairwise(cuts)
+            if hi > lo
+        ]
 
     @property
     def hash_slot_every_put(self) -> bool:
@@ -156,7 +176,7 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
 
 
 #: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
-_FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics")
+_FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics", "releaseStretches")
 #: the names releases before 4.5.0 read (``MessageStoreConfig.setMapedFileSizeCommitLog``, 4.3.2 and 4.4.0 jars;
 #: 4.5.2 has the new ones): taken when the file does not set the new name
 OLD_NAMES = {

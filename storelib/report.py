@@ -127,6 +127,8 @@ class RulesRecord:
     releases: str | None  # detected: the releases the clues allow
     clues: tuple[ClueRecord, ...]
     set_aside: tuple[ClueRecord, ...]  # weak clues a stronger one contradicts
+    #: a store several releases wrote: each stretch's first commitlog offset and rules (``BrokerRules.to_dict``)
+    stretches: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(cls, rules: BrokerRules) -> RulesRecord:
@@ -135,7 +137,8 @@ class RulesRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RulesRecord:
         clues = {k: tuple(ClueRecord.from_json(c) for c in d.get(k) or ()) for k in ("clues", "set_aside")}
-        return cls(**{**d, "verified_by": tuple(d.get("verified_by") or ()), **clues})
+        stretches = tuple(d.get("stretches") or ())
+        return cls(**{**d, "verified_by": tuple(d.get("verified_by") or ()), **clues, "stretches": stretches})
 
     @property
     def given_release(self) -> str:

@@ -318,6 +318,7 @@ class StoreFacts:
     config_keys: frozenset[str] = frozenset()  # config_keys() of the CONFIG_JSON files in config/
     rocksdb_config: bool = False  # storeType=defaultRocksDB: topic configs live in config/topics/, not topics.json
     lmq_sources: tuple[str, ...] = ()  # source topics of sampled records holding both INNER_MULTI_* properties
+    upgraded: bool = False  # the commitlog shows several releases (Stretch): an older one may have left config/ files
     #: of the live IndexFiles whose slots count fewer than their puts: (file, hashSlotCount, puts, occupied slots)
     index_slot_counts: tuple[tuple[str, int, int, int], ...] = ()
 
@@ -414,6 +415,9 @@ def file_clues(f: StoreFacts) -> list[Clue]:
             name, path = key.split(":")
             out.append(Clue.at_least(f"config {path}", f"config/{name} holds {path}", since))
     out += _schema_clues(f.config_keys)
+    if f.upgraded:  # a file without a newer release's key may be one an older release left
+        why = "the commitlog shows an upgrade: an older release may have left this file"
+        out = [dataclasses.replace(c, weak=why) if c.spans[0][0] == FIRST else c for c in out]
     if f.rocksdb_config:  # RocksDBTopicConfigManager: topics.json is not the broker's (an operator's or an old one)
         why = "storeType=defaultRocksDB keeps topic configs in config/topics/, not config/topics.json"
         out = [dataclasses.replace(c, weak=why) if "topics.json" in c.detail else c for c in out]
@@ -575,6 +579,33 @@ def releases(f: StoreFacts) -> Releases:
     return Releases(spans, found, tuple(aside))
 
 
+@dataclasses.dataclass(frozen=True)
+class Stretch:
+    """A run of the commitlog one release wrote (an in-place upgrade leaves several): where its first record is,
+    and whether its records' property strings end with 0x02 (PROPERTIES_END_02), the fingerprint that tells it
+    from the next; the source topics of its records with LMQ offsets that were read (see BrokerRules)."""
+
+    start: int
+    ends_02: bool
+    lmq_sources: tuple[str, ...] = ()
+
+    @property
+    def clue(self) -> Clue:
+        spans = PROPERTIES_END_02 if self.ends_02 else _complement(PROPERTIES_END_02)
+        end = "end" if self.ends_02 else "do not end"
+        text = f"from commitlog offset {self.start:,} the records' property strings {end} with 0x02"
+        return Clue("stretch", text, spans)
+
+
+def earlier_releases(stretch: Stretch, later: Releases) -> Releases:
+    """The releases that can have written a stretch before one ``later`` allows: its fingerprint's, up to the last
+    release the later stretch allows (an upgrade goes forward)."""
+    spans = intersect(stretch.clue.spans, ((FIRST, later.spans[-1][1]),))
+    if not spans:
+        raise ConfigError(f"{stretch.clue.text}, which no release before {later.text} writes: give --broker-version")
+    return Releases(spans, (stretch.clue,))
+
+
 # --- which rules matter for a store ----------------------------------------------------------------------
 
 
@@ -661,6 +692,10 @@ class BrokerRules:
     releases: Releases | None = None  # detected: the releases the clues allow
     settled: bool = True
     version: str = ""  # the given release
+    #: a store several releases wrote: the rules of each stretch before the last (its first record's offset,
+    #: rules); these rules are the last stretch's, from ``start``
+    earlier: tuple[tuple[int, BrokerRules], ...] = ()
+    start: int = 0
 
     @property
     def candidates(self) -> tuple[RuleSet, ...]:
@@ -709,12 +744,32 @@ class BrokerRules:
         return version_text(low) or ""
 
     @property
+    def settled_all(self) -> bool:
+        return self.settled and all(r.settled for _, r in self.earlier)
+
+    @property
     def line(self) -> str:
-        """The one console line: which rules, why, and which broker verified them."""
+        """The one console line: which rules, why, and which broker verified them (per stretch of an upgraded
+        store: "from offset N:")."""
+        out = [f"from commitlog offset {start:,}: {r.own_line}" for start, r in self.earlier]
+        own = self.own_line
+        return "; ".join([*out, f"from commitlog offset {self.start:,}: {own}"]) if out else own
+
+    @property
+    def own_line(self) -> str:
         source = f"detected, releases {self.releases.text}" if self.releases else self.source
         aside = self.releases.set_aside if self.releases else ()
         why = self.why + "".join(f"; set aside: {c.text}, a weak clue ({c.weak})" for c in aside)
         return f"broker rules {self.rules.name} ({source}; {self.rules.verified_text}): {why}"
+
+    @property
+    def stretches(self) -> tuple[tuple[int, str], ...]:
+        """BrokerConfig.releaseStretches of these rules: each later stretch's start and the release its parse uses."""
+        return (
+            tuple((start, r.lowest_release) for start, r in [*self.earlier[1:], (self.start, self)])
+            if self.earlier
+            else ()
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -725,6 +780,8 @@ class BrokerRules:
             "releases": self.releases.text if self.releases else None,
             "clues": [c.to_dict() for c in self.releases.clues] if self.releases else [],
             "set_aside": [c.to_dict() for c in self.releases.set_aside] if self.releases else [],
+            "stretches": [{"start": start, **r.to_dict()} for start, r in self.earlier]
+            + ([{"start": self.start, "name": self.rules.name}] if self.earlier else []),
         }
 
 
@@ -765,6 +822,23 @@ def select(version: str, facts: StoreFacts) -> BrokerRules:
     found = releases(facts)
     why = "; ".join(c.text for c in found.clues if c not in found.set_aside) or "no clue in the store"
     return _unsettled(found, facts, "detected", why, "")
+
+
+def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, ...]) -> BrokerRules:
+    """``select`` for a store several releases wrote in turn (``stretches``, oldest first): the last stretch's rules
+    from every clue (config/ files that only an older release may have left are weak: the upgrade may not have
+    rewritten them) or from ``--broker-version``, each earlier stretch's from its own records."""
+    if len(stretches) < 2:
+        return select(version, facts)
+    last = select(version, dataclasses.replace(facts, upgraded=True))
+    later = given_releases(version) if last.releases is None else last.releases  # given: the last stretch's
+    earlier = []
+    for stretch in reversed(stretches[:-1]):
+        found = earlier_releases(stretch, later)
+        lmq = StoreFacts(lmq_sources=stretch.lmq_sources)
+        earlier.append((stretch.start, _unsettled(found, lmq, "detected", stretch.clue.text, "")))
+        later = found
+    return dataclasses.replace(last, earlier=tuple(reversed(earlier)), start=stretches[-1].start)
 
 
 def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, version: str) -> BrokerRules:

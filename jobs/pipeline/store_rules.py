@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import sys
 from collections.abc import Iterable
 
@@ -15,25 +16,26 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
-from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner
+from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
 from storelib.config import BrokerConfig, batch_cq_topics
-from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
+from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.errors import StoreFormatError
+from storelib.errors import ConfigError, StoreFormatError
 from storelib.indexfile import IndexFileReader, IndexHeader, key_hash_of
 from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
-from storelib.segments import Segment, SegmentSummary
+from storelib.segments import Segment, SegmentSummary, by_stretch
 from storelib.versions import (
     CONFIG_JSON,
     DEFAULT_RELEASE,
     BrokerRules,
     RuleInputs,
     StoreFacts,
+    Stretch,
     config_keys,
     record_clues,
-    select,
+    select_stretches,
 )
 from udfs.fs import join, map_file, read_file, resolve
 
@@ -57,7 +59,7 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
         return run.broker_rules[store]
     run.cfg, rules = resolve_rules(store, run.cfg, segments)
     run.broker_rules[store] = rules
-    if run.progress and rules.settled:
+    if run.progress and rules.settled_all:
         print(rules.line, file=sys.stderr)
     return rules
 
@@ -96,17 +98,81 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
         storeType=store_type,
         enableDLegerCommitLog=dledger,
     )
-    rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
-    given = rules.source == "--broker-version" and rules.releases is None
-    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion if given else rules.lowest_release), rules
+    stretches = find_stretches(fs, segments)
+    facts = store_facts(fs, root, segments, cfg, stretches[-1].start if len(stretches) > 1 else None)
+    rules = select_stretches(cfg.brokerVersion, facts, stretches)
+    first = rules.earlier[0][1] if rules.earlier else rules
+    given = first.source == "--broker-version" and first.releases is None
+    version = cfg.brokerVersion if given else first.lowest_release
+    return dataclasses.replace(cfg, brokerVersion=version, releaseStretches=rules.stretches), rules
+
+
+#: how much of each segment's head ``find_stretches`` reads for its first record with properties
+HEAD_BYTES = 64 << 10
+
+
+def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
+    """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
+    upgrade, storelib.versions.Stretch), oldest first: each segment's first record with properties, then, where
+    two segments differ, every record of the earlier one, to find the first record of the later release. Records
+    of both kinds interleaved in one segment cannot be told apart: refused (give --broker-version)."""
+    heads = [(seg, _fingerprints(fs, seg, HEAD_BYTES, first_only=True)) for seg in segments]
+    heads = [(seg, marks[0][1]) for seg, marks in heads if marks]
+    if not heads:
+        return (Stretch(segments[0].start if segments else 0, False),)
+    out = [Stretch(heads[0][0].start, heads[0][1])]
+    for (before, a), (after, b) in itertools.pairwise(heads):
+        if a == b:
+            continue
+        marks = _fingerprints(fs, before, before.size, first_only=False)
+        flips = [k for k in range(1, len(marks)) if marks[k][1] != marks[k - 1][1]]
+        if len(flips) > 1 or (flips and marks[flips[0]][1] != b):
+            raise ConfigError(
+                f"{before.rel}: records whose property strings end with 0x02 and records whose do not alternate: "
+                "the releases that wrote the store cannot be told apart: give --broker-version"
+            )
+        start = marks[flips[0]][0] if flips else after.start
+        sources = tuple(sorted({t for offset, _, t in marks if offset < start and t}))
+        out[-1] = dataclasses.replace(out[-1], lmq_sources=tuple(sorted({*out[-1].lmq_sources, *sources})))
+        out.append(Stretch(start, b))
+    return tuple(out)
+
+
+def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int, first_only: bool) -> list[tuple[int, bool, str]]:
+    """(commitlog offset, property string ends with 0x02, source topic if it holds LMQ offsets else "") of the
+    records with properties in the first ``size`` bytes of a segment (only the first with ``first_only``)."""
+    data = read_at(fs, _segment_path(seg), 0, size)
+    scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
+    out = []
+    for b in scanner:
+        ends = b.buf[b.props_start + b.props_len - 1] == 2
+        lmq = find_properties(b.buf, b.props_start, b.props_len, (PROPERTY_INNER_MULTI_QUEUE_OFFSET,))
+        has_lmq = lmq[PROPERTY_INNER_MULTI_QUEUE_OFFSET][0] >= 0
+        topics = b.topic
+        for i in np.flatnonzero(b.props_len > 0).tolist():
+            out.append((int(b.physical_offset[i]), bool(ends[i]), topics[i] if has_lmq[i] else ""))
+            if first_only:
+                return out
+    return out
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
     """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
     they would write different files), said in one console line."""
     rules = run.broker_rules[store]
-    if not rules.settled:
-        rules = run.broker_rules[store] = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+    if not rules.settled_all:
+        summaries = list(summaries)
+        if rules.earlier:  # by stretch; a summary without stretch inputs lies in the first stretch
+            parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
+            inputs = dict(parts)
+            earlier = tuple(
+                (start, r.settle(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
+            )
+            last = rules.settle(inputs.get(len(rules.earlier), RuleInputs()))
+            rules = dataclasses.replace(last, earlier=earlier)
+        else:
+            rules = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+        run.broker_rules[store] = rules
         if run.progress:
             print(rules.line, file=sys.stderr)
     return rules
@@ -124,11 +190,14 @@ def read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
         return f.read_at(min(size, f.size() - offset), offset) if f.size() > offset else b""
 
 
-def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
+def store_facts(
+    fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig, since: int | None = None
+) -> StoreFacts:
     """The clues detection reads: root, config/ and consumequeue/ entries, the key paths of config/ JSON files, the
     checkpoint, and the first SAMPLE_BYTES of up to SAMPLE_SEGMENTS segments (``sampled_segments``) until
     TAG_KEY_SAMPLE tagged messages and a record with LMQ offsets are found; the tag keys are looked up in the live
-    IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too."""
+    IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too.
+    ``since``: the last stretch's first offset in a store several releases wrote (its records only are sampled)."""
     index_dir = join(root, INDEX)
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
@@ -142,6 +211,10 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
             continue  # enough tagged messages: only records with LMQ offsets are still looked for
         scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
         for b in scanner:
+            if since is not None:  # an upgraded store: the clues of the last release's records only
+                b = b.part(int(np.searchsorted(b.physical_offset, since)), len(b))
+                if not len(b):
+                    continue
             d = dispatch_batch(b, cfg49)
             counts.update(record_clues(b, counts))
             lmq_sources.update(topic for topic, _ in d.lmq_sources)
