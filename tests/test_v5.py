@@ -33,11 +33,13 @@ from storelib.versions import (
     Releases,
     RuleInputs,
     StoreFacts,
+    Stretch,
     differences,
     lmq_writers,
     releases,
     rules_for,
     select,
+    select_stretches,
 )
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEEDS
@@ -516,3 +518,40 @@ def test_a_4_9_store_with_lmq_copies_of_delayed_messages_settles_on_the_rules_th
     assert "appended under rule sets 4.9.3, 5.0, 5.1.1 only" in settled.why
     with pytest.raises(ConfigError, match="contradict"):
         select("", StoreFacts(props_records=5, props_ending_02=5)).settle(RuleInputs(lmq_sources=(("%RETRY%g", 1),)))
+
+
+# --- a store several releases wrote (an in-place upgrade) ---------------------------------------------------
+
+
+def test_each_stretch_of_a_batch_is_dispatched_by_its_release() -> None:
+    cfg = BrokerConfig(brokerVersion="4.9.7", releaseStretches=((1000, "5.5.0"),))
+    parts = cfg.stretch_parts(np.array([0, 500, 1000, 1500], np.int64))
+    assert [(k, lo, hi, c.brokerVersion, c.releaseStretches) for k, lo, hi, c in parts] == [
+        (0, 0, 2, "4.9.7", ()),
+        (1, 2, 4, "5.5.0", ()),
+    ]
+    assert [(k, lo, hi) for k, lo, hi, _ in cfg.stretch_parts(np.array([1200], np.int64))] == [(1, 0, 1)]
+    assert BrokerConfig().stretch_parts(np.array([5], np.int64))[0][:3] == (0, 0, 1)
+
+
+def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> None:
+    """4.9.x records (no 0x02 ending, LMQ offsets on schedule copies), then 5.5.0 ones: the last stretch is told by
+    every clue, the first by its own records, up to the last one's releases; a config/ file without a newer key may
+    be the older release's: weak."""
+    keys = frozenset(f"consumerOffset.json:{k}" for k in ("offsetTable", "dataVersion", "pullOffsetTable"))
+    old = frozenset({"lmqConsumerOffset.json:offsetTable"})  # left by 4.9.x: no dataVersion
+    facts = StoreFacts(config_keys=keys | old, props_records=5, props_ending_02=5)
+    stretches = (Stretch(0, False, ("SCHEDULE_TOPIC_XXXX", "TopicOrders")), Stretch(5000, True))
+    rules = select_stretches("", facts, stretches)
+    assert (rules.rules.name, rules.start, rules.releases.text) == ("5.5", 5000, "5.5.0 or later")
+    assert [c.clue for c in rules.releases.set_aside] == ["config dataVersion", "config pullOffsetTable"]
+    ((start, first),) = rules.earlier
+    assert (start, first.rules.name, first.releases.text) == (0, "4.9.3", "4.9.1 up to 5.2.0")
+    assert rules.stretches == ((5000, "5.5.0"),)
+    assert "from commitlog offset 0: broker rules 4.9.3" in rules.line
+    assert "from commitlog offset 5,000: broker rules 5.5" in rules.line
+    first = first.settle(RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 2), ("TopicOrders", 9))))
+    assert first.settled and rules.settle(RuleInputs(tagged_index_records=4)).settled
+    assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
+    with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
+        select_stretches("", facts, stretches[1:])
