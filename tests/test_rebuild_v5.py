@@ -170,3 +170,34 @@ def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> N
     tails = {(f.topic, f.queue_id) for f in result.findings if f.kind == "cq-missing-tail"}
     assert {(t, q) for t, q in tails if not t.startswith("%LMQ%") and t not in batch} == units_short(store / "store")
     assert not {"cq-wrong-entries", "duplicate-queue-offset", "queue-offset-gap"} & kinds
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("version", ["5.5.0", "5.3.3"])
+def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path: Path, version: str) -> None:
+    """4.9.7 wrote the store and stopped cleanly, then the 5.x broker went on writing the same files: each stretch
+    of the commitlog is dispatched by the rules of the release that wrote it (found with no flag), byte-exact, and
+    the audit is clean."""
+    store = harness_store(version, "upgraded")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    assert_same_index(store / "store", out)
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert [s["name"] for s in rules["stretches"]] == ["4.9.3", rules["name"]]
+    assert rules["stretches"][1]["start"] > 0
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+
+
+@pytest.mark.broker
+def test_a_rocksdb_store_with_a_stale_topics_json_needs_no_flag(spark, tmp_path: Path) -> None:
+    """storeType=defaultRocksDB keeps topic configs in config/topics/: the topics.json an operator declared for 4.9
+    (no dataVersion.stateVersion) is a weak clue, set aside, said so; rebuild and audit with no flag, exit 0."""
+    store = harness_store("5.5.0", "rocksdb-stale-topics")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert rules["name"] == "5.5" and rules["set_aside"], rules
+    assert all(c["weak"] and "topics.json" in c["detail"] for c in rules["set_aside"])
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)

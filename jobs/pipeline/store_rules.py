@@ -114,35 +114,51 @@ HEAD_BYTES = 64 << 10
 def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
     """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
     upgrade, storelib.versions.Stretch), oldest first: each segment's first record with properties, then, where
-    two segments differ, every record of the earlier one, to find the first record of the later release. Records
-    of both kinds interleaved in one segment cannot be told apart: refused (give --broker-version)."""
-    heads = [(seg, _fingerprints(fs, seg, HEAD_BYTES, first_only=True)) for seg in segments]
-    heads = [(seg, marks[0][1]) for seg, marks in heads if marks]
+    two segments differ, every record of the earlier one, to find the first record of the later release; with the
+    source topics of the records with LMQ offsets read in each stretch. Records of both kinds interleaved in one
+    segment cannot be told apart: refused (give --broker-version)."""
+    heads = [(seg, marks) for seg in segments if (marks := _fingerprints(fs, seg, HEAD_BYTES))]
     if not heads:
         return (Stretch(segments[0].start if segments else 0, False),)
-    out = [Stretch(heads[0][0].start, heads[0][1])]
+    starts, ends = [heads[0][0].start], [heads[0][1][0][1]]
+    read = [m for _, marks in heads for m in marks]
+    last = heads[-1][0]
+    tail = _fingerprints(fs, last, last.size)  # the active segment: a release started since its first record?
+    if tail and tail[-1][1] != tail[0][1]:
+        heads.append((Segment(last.uri, last.name, last.start + last.size, 0), [(-1, tail[-1][1], "")]))
     for (before, a), (after, b) in itertools.pairwise(heads):
-        if a == b:
+        if a[0][1] == b[0][1]:
             continue
-        marks = _fingerprints(fs, before, before.size, first_only=False)
+        marks = tail if before is last else _fingerprints(fs, before, before.size)
+        read += marks
         flips = [k for k in range(1, len(marks)) if marks[k][1] != marks[k - 1][1]]
-        if len(flips) > 1 or (flips and marks[flips[0]][1] != b):
+        if len(flips) > 1 or (flips and marks[flips[0]][1] != b[0][1]):
             raise ConfigError(
                 f"{before.rel}: records whose property strings end with 0x02 and records whose do not alternate: "
                 "the releases that wrote the store cannot be told apart: give --broker-version"
             )
-        start = marks[flips[0]][0] if flips else after.start
-        sources = tuple(sorted({t for offset, _, t in marks if offset < start and t}))
-        out[-1] = dataclasses.replace(out[-1], lmq_sources=tuple(sorted({*out[-1].lmq_sources, *sources})))
-        out.append(Stretch(start, b))
-    return tuple(out)
+        starts.append(marks[flips[0]][0] if flips else after.start)
+        ends.append(b[0][1])
+    bounds = [*starts[1:], 1 << 63]
+    return tuple(
+        Stretch(start, end, tuple(sorted({t for offset, _, t in read if start <= offset < bound and t})))
+        for start, end, bound in zip(starts, ends, bounds)
+    )
 
 
-def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int, first_only: bool) -> list[tuple[int, bool, str]]:
+def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int) -> list[tuple[int, bool, str]]:
     """(commitlog offset, property string ends with 0x02, source topic if it holds LMQ offsets else "") of the
-    records with properties in the first ``size`` bytes of a segment (only the first with ``first_only``)."""
-    data = read_at(fs, _segment_path(seg), 0, size)
-    scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
+    records with properties in the first ``size`` bytes of a segment (streamed)."""
+    path = _segment_path(seg)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return []
+    with fs.open_input_stream(path) as stream:
+        return _scan_fingerprints(
+            SegmentScanner(stream, seg.name, seg.start, min(size, seg.size), check_crc=False, framing=seg.framing)
+        )
+
+
+def _scan_fingerprints(scanner: SegmentScanner) -> list[tuple[int, bool, str]]:
     out = []
     for b in scanner:
         ends = b.buf[b.props_start + b.props_len - 1] == 2
@@ -151,8 +167,6 @@ def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int, first_only: bool
         topics = b.topic
         for i in np.flatnonzero(b.props_len > 0).tolist():
             out.append((int(b.physical_offset[i]), bool(ends[i]), topics[i] if has_lmq[i] else ""))
-            if first_only:
-                return out
     return out
 
 
