@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from storelib.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch
+from storelib.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch, find_properties
 from storelib.errors import AmbiguousRelease, ConfigError
 
 # (the rocksdbcq import stays below the table: storelib.rocksdbcq imports nothing from here)
@@ -308,7 +308,7 @@ class StoreFacts:
     consumequeue_entries: frozenset[str] = frozenset()  # of consumequeue/ and consumequeue_rocksdb/
     checkpoint: bytes = b""
     v2_records: int = 0  # sampled records with MESSAGE_MAGIC_CODE_V2
-    props_records: int = 0  # sampled records with a non-empty properties string
+    props_records: int = 0  # sampled records with a broker-encoded properties string (broker_encoded)
     props_ending_02: int = 0  # ... of which end with 0x02
     crc_property_records: int = 0  # sampled records holding __CRC32#
     tag_keys_found: int | None = None  # sampled tagged records whose topic#T#tags chain leads to them
@@ -323,13 +323,36 @@ class StoreFacts:
     index_slot_counts: tuple[tuple[str, int, int, int], ...] = ()
 
 
+#: topics only the broker writes records of (transactions, delays, timers)
+BROKER_TOPICS = (
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "rmq_sys_wheel_timer",
+)
+
+
+def broker_encoded(b: RecordBatch) -> np.ndarray:
+    """Records whose property string the broker's own MessageDecoder wrote: of BROKER_TOPICS, delivered copies
+    (REAL_TOPIC), transaction commits and rollbacks; not those holding INNER_MULTI_DISPATCH (5.2.0 writes their
+    offsets after the string: no 0x02 end). A 4.x broker keeps a client's single message's string as the client
+    sent it (the 4.5.2 store: its 4.9.8 client's strings end without 0x02, the broker's own with 0x02), so only
+    these tell the broker's release."""
+    values = find_properties(b.buf, b.props_start, b.props_len, ("REAL_TOPIC", "INNER_MULTI_DISPATCH"))
+    topics = np.isin(b.topic_code, [c for c, t in enumerate(b.topic_names) if t in BROKER_TOPICS])
+    ended = (b.sys_flag & 0x8) != 0  # TransactionCommit (8) or Rollback (12)
+    made = topics | (values["REAL_TOPIC"][0] >= 0) | ended
+    return made & (values["INNER_MULTI_DISPATCH"][0] < 0) & (b.props_len > 0)
+
+
 def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
-    """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, properties ending in
-    0x02, a ``__CRC32#`` piece as the last 20 bytes, and a property name held twice."""
+    """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, broker-encoded property
+    strings (``broker_encoded``) ending in 0x02, a ``__CRC32#`` piece as the last 20 bytes, and a property name held
+    twice."""
     record_start = b.props_start + b.props_len - b.total_size
     magic = b.buf[record_start[:, None] + np.arange(4, 8)].view(">i4").ravel()
     props_end = b.props_start + b.props_len
-    has_props = b.props_len > 0
+    has_props = broker_encoded(b)
     tail = b.buf[np.maximum(props_end - CRC32_PIECE, 0)[:, None] + np.arange(len(CRC32_NAME))]
     crc = (tail == np.frombuffer(CRC32_NAME, np.uint8)).all(axis=1) & (b.props_len >= CRC32_PIECE)
     return {
@@ -470,7 +493,7 @@ def clues(f: StoreFacts) -> list[Clue]:
     if f.v2_records:
         text = f"{f.v2_records} sampled record(s) use MESSAGE_MAGIC_CODE_V2"
         out.append(Clue.at_least("v2 magic", text, (5, 1, 0)))
-    props = f"{f.props_records} sampled property strings end with 0x02"
+    props = f"{f.props_records} sampled broker-written property strings end with 0x02"
     if f.props_records and f.props_ending_02 == f.props_records:
         out.append(Clue("properties end 0x02", f"all {props}", PROPERTIES_END_02))
     elif f.props_records and f.props_ending_02 == 0:

@@ -33,6 +33,7 @@ from storelib.versions import (
     RuleInputs,
     StoreFacts,
     Stretch,
+    broker_encoded,
     config_keys,
     record_clues,
     select_stretches,
@@ -113,60 +114,83 @@ HEAD_BYTES = 64 << 10
 
 def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
     """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
-    upgrade, storelib.versions.Stretch), oldest first: each segment's first record with properties, then, where
-    two segments differ, every record of the earlier one, to find the first record of the later release; with the
-    source topics of the records with LMQ offsets read in each stretch. Records of both kinds interleaved in one
-    segment cannot be told apart: refused (give --broker-version)."""
-    heads = [(seg, marks) for seg in segments if (marks := _fingerprints(fs, seg, HEAD_BYTES))]
+    upgrade, storelib.versions.Stretch), oldest first, told by the broker-encoded records
+    (storelib.versions.broker_encoded): each segment's first one, then, where two segments differ, every record of
+    the earlier segment (the active segment is read whole: a release may have started since its first record). The
+    later release starts at the first of the records, up to its first broker-encoded one, that all end as its own
+    do (a 4.x broker keeps a client's string as sent: the records in between need not tell). With the source
+    topics of the records with LMQ offsets read in each stretch. Broker-encoded records of both kinds interleaved in
+    one segment cannot be told apart: refused (give --broker-version)."""
+    read = {seg.name: _fingerprints(fs, seg, HEAD_BYTES) for seg in segments}
+    if segments:
+        read[segments[-1].name] = _fingerprints(fs, segments[-1], segments[-1].size)
+    heads = [(seg, told[0][1]) for seg in segments if (told := _told(read[seg.name]))]
     if not heads:
-        return (Stretch(segments[0].start if segments else 0, False),)
-    starts, ends = [heads[0][0].start], [heads[0][1][0][1]]
-    read = [m for _, marks in heads for m in marks]
-    last = heads[-1][0]
-    tail = _fingerprints(fs, last, last.size)  # the active segment: a release started since its first record?
-    if tail and tail[-1][1] != tail[0][1]:
-        heads.append((Segment(last.uri, last.name, last.start + last.size, 0), [(-1, tail[-1][1], "")]))
+        return (Stretch(segments[0].start if segments else 0, False, _sources(read, 0, 1 << 63)),)
+    last, tail = segments[-1], _told(read[segments[-1].name])
+    if tail and tail[-1][1] != heads[-1][1]:
+        heads.append((Segment(last.uri, last.name, last.start + last.size, 0), tail[-1][1]))
+    starts, ends = [heads[0][0].start], [heads[0][1]]
     for (before, a), (after, b) in itertools.pairwise(heads):
-        if a[0][1] == b[0][1]:
+        if a == b:
             continue
-        marks = tail if before is last else _fingerprints(fs, before, before.size)
-        read += marks
-        flips = [k for k in range(1, len(marks)) if marks[k][1] != marks[k - 1][1]]
-        if len(flips) > 1 or (flips and marks[flips[0]][1] != b[0][1]):
+        if before.name != last.name:
+            read[before.name] = _fingerprints(fs, before, before.size)
+        marks = read[before.name]
+        told = _told(marks)
+        flips = [k for k in range(1, len(told)) if told[k][1] != told[k - 1][1]]
+        if len(flips) > 1 or (flips and told[flips[0]][1] != b):
             raise ConfigError(
-                f"{before.rel}: records whose property strings end with 0x02 and records whose do not alternate: "
-                "the releases that wrote the store cannot be told apart: give --broker-version"
+                f"{before.rel}: broker-written records whose property strings end with 0x02 and records whose do "
+                "not alternate: the releases that wrote the store cannot be told apart: give --broker-version"
             )
-        starts.append(marks[flips[0]][0] if flips else after.start)
-        ends.append(b[0][1])
+        starts.append(_first_of_run(marks, told[flips[0]][0], b) if flips else after.start)
+        ends.append(b)
     bounds = [*starts[1:], 1 << 63]
-    return tuple(
-        Stretch(start, end, tuple(sorted({t for offset, _, t in read if start <= offset < bound and t})))
-        for start, end, bound in zip(starts, ends, bounds)
-    )
+    return tuple(Stretch(lo, e, _sources(read, lo, hi)) for lo, e, hi in zip(starts, ends, bounds))
 
 
-def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int) -> list[tuple[int, bool, str]]:
-    """(commitlog offset, property string ends with 0x02, source topic if it holds LMQ offsets else "") of the
-    records with properties in the first ``size`` bytes of a segment (streamed)."""
+Mark = tuple[int, bool | None, bool, str]  # offset, broker-encoded string ends with 0x02 (else None), ends, LMQ source
+
+
+def _first_of_run(marks: list[Mark], first_told: int, ends_02: bool) -> int:
+    """The first record of the run of records ending as ``ends_02`` that reaches the later release's first
+    broker-encoded record (at ``first_told``)."""
+    at = next(k for k, m in enumerate(marks) if m[0] == first_told)
+    while at > 0 and marks[at - 1][2] == ends_02 and marks[at - 1][1] is None:
+        at -= 1
+    return marks[at][0]
+
+
+def _told(marks: list[Mark]) -> list[Mark]:
+    return [m for m in marks if m[1] is not None]
+
+
+def _sources(read: dict[str, list[Mark]], lo: int, hi: int) -> tuple[str, ...]:
+    return tuple(sorted({m[3] for marks in read.values() for m in marks if lo <= m[0] < hi and m[3]}))
+
+
+def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int) -> list[Mark]:
+    """Each record with properties in the first ``size`` bytes of a segment (streamed): its offset, whether its
+    string ends with 0x02 if broker-encoded (else None) and at all, and its topic if it holds LMQ offsets."""
     path = _segment_path(seg)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return []
     with fs.open_input_stream(path) as stream:
-        return _scan_fingerprints(
-            SegmentScanner(stream, seg.name, seg.start, min(size, seg.size), check_crc=False, framing=seg.framing)
-        )
+        size = min(size, seg.size)
+        return _scan_fingerprints(SegmentScanner(stream, seg.name, seg.start, size, False, framing=seg.framing))
 
 
-def _scan_fingerprints(scanner: SegmentScanner) -> list[tuple[int, bool, str]]:
+def _scan_fingerprints(scanner: SegmentScanner) -> list[Mark]:
     out = []
     for b in scanner:
         ends = b.buf[b.props_start + b.props_len - 1] == 2
         lmq = find_properties(b.buf, b.props_start, b.props_len, (PROPERTY_INNER_MULTI_QUEUE_OFFSET,))
         has_lmq = lmq[PROPERTY_INNER_MULTI_QUEUE_OFFSET][0] >= 0
-        topics = b.topic
+        topics, made = b.topic, broker_encoded(b)
         for i in np.flatnonzero(b.props_len > 0).tolist():
-            out.append((int(b.physical_offset[i]), bool(ends[i]), topics[i] if has_lmq[i] else ""))
+            end = bool(ends[i])
+            out.append((int(b.physical_offset[i]), end if made[i] else None, end, topics[i] if has_lmq[i] else ""))
     return out
 
 
