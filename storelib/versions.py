@@ -127,7 +127,7 @@ _RETRY, _DLQ, _SYS = "%RETRY%", "%DLQ%", "rmq_sys_"
 _FIRST_ROW = RuleSet(
     name="4.0",
     first=FIRST,
-    verified_by=("4.5.2",),
+    verified_by=("4.3.2", "4.5.2", "4.7.0"),
     properties_split_pairs=True,
     hash_slot_every_put=True,
     multi_dispatch=False,
@@ -149,7 +149,7 @@ _FIRST_ROW = RuleSet(
 #: the jar facts behind each change: tests/broker/FACTS.md
 _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = (
     ("4.7.1", (4, 7, 1), ("4.7.1", "4.8.0", "4.9.0"), {"hash_slot_every_put": False}),
-    ("4.9.1", (4, 9, 1), ("4.9.2",), {"properties_split_pairs": False}),
+    ("4.9.1", (4, 9, 1), ("4.9.1", "4.9.2"), {"properties_split_pairs": False}),
     ("4.9.3", (4, 9, 3), ("4.9.3", "4.9.7"), {"multi_dispatch": True}),
     (
         "5.0",
