@@ -154,7 +154,7 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
     (
         "5.0",
         (5, 0, 0),
-        ("5.1.0",),
+        ("5.0.0", "5.1.0"),
         {
             "lmq_names_need_prefix": True,
             "batch_cq": True,
