@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from storelib.config import broker_config_from_properties
-from storelib.generate import PRESETS, generate_store
+from storelib.broker.config import broker_config_from_properties
+from storelib.synthetic.generator import PRESETS, generate_store
 
 READ_CHUNK = 8 << 20  # the scanner's chunk size too
 GIB = 1 << 30
@@ -128,7 +128,7 @@ spark.stop()
 KERNEL_LOAD = """
 import time
 t0 = time.monotonic()
-from storelib import kernel
+from storelib.formats import kernel
 t1 = time.monotonic()
 kernel.warm_up()
 print(t1 - t0, time.monotonic() - t1)
@@ -136,8 +136,8 @@ print(t1 - t0, time.monotonic() - t1)
 
 PARSE_TASK = """
 import json, sys, tempfile, time
-from storelib.config import broker_config_from_properties
-from storelib.segments import Segment
+from storelib.broker.config import broker_config_from_properties
+from storelib.broker.segments import Segment
 from udfs.parse import parse_segment, summary_path
 from udfs.daemon import preload
 preload()  # what the worker daemon loads before it forks a task's worker: pandas (pyarrow imports it) and the kernel

@@ -1,6 +1,6 @@
 """``rmqstore audit``: compare a live store with the index rebuilt from its commitlog, in Spark.
 
-The stages are in jobs/pipeline/audit.py; this file reads the command line, runs them, appends the run to
+The stages are in jobs/pipeline/audit_flow.py; this file reads the command line, runs them, appends the run to
 the audit history (``--history``), prints the console summary and returns the exit code: 0 clean (info
 findings only), 1 divergences found, 2 could not audit. Nothing is ever written into the live store.
 """
@@ -19,14 +19,14 @@ import sys
 from typing import Any
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, jar_needs, spark_run
-from jobs.pipeline.audit import DEFAULT_INDEX_SAMPLE, audit
+from jobs.pipeline.audit_flow import DEFAULT_INDEX_SAMPLE, audit
 from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
 from jobs.tables.history import append_history, last_clean_run
 from storelib import errors
-from storelib.audit import CleanRun
+from storelib.audit.scope import CleanRun
 from storelib.errors import EXIT_CANNOT, CannotAudit, RmqStoreError
-from storelib.report import HistoryEntry, HistoryRecord
+from storelib.reports.report import HistoryEntry, HistoryRecord
 
 # --- command line ---------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
-from storelib.config import BrokerConfig, load_broker_config, validate
+from storelib.broker.config import BrokerConfig, load_broker_config, validate
 from storelib.errors import AmbiguousRelease, RmqStoreError, exit_code
 from storelib.findings import Finding
 
@@ -46,7 +46,7 @@ def add_broker_config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--broker-version",
         metavar="X.Y[.Z]",
-        help="the broker release whose rules apply (storelib.versions); default: detected from the store",
+        help="the broker release whose rules apply (storelib.broker.versions); default: detected from the store",
     )
 
 

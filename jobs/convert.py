@@ -1,6 +1,6 @@
 """``rmqstore convert``: a DLedger (or mixed) store -> a new plain CommitLog store, with Spark.
 
-The stages are in jobs/pipeline/convert.py; this file reads the command line, runs them, prints the findings
+The stages are in jobs/pipeline/convert_flow.py; this file reads the command line, runs them, prints the findings
 and one line, and returns the exit code (0 done, 1 the source is damaged: nothing written, 2 bad input).
 """
 
@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, print_findings, spark_run
-from jobs.pipeline.convert import check_convert_output, convert
+from jobs.pipeline.convert_flow import check_convert_output, convert
 from storelib.errors import EXIT_OK, DamageStop
 
 

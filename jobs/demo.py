@@ -2,7 +2,8 @@
 
 1. Generates the demo store once (``--dir``/store, with its broker.conf); later runs reuse it.
 2. A rescue: copies it to ``--dir``/rescue/store and breaks the copy the ways real incidents do
-   (storelib.incidents: one topic's ``consumequeue/`` lost, a ConsumeQueue file zeroed, a torn commitlog tail),
+   (storelib.synthetic.incidents: one topic's ``consumequeue/`` lost, a ConsumeQueue file zeroed, a torn commitlog
+   tail),
    audits it (the verdict and the exact recover command), runs that command with ``--apply`` (it zeroes the torn
    tail: ``--truncate-torn-tail``, as the report's plan says), audits again (clean), and prints the command that
    undoes the rescue.
@@ -27,9 +28,9 @@ import sys
 from pathlib import Path
 
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
-from storelib.generate import BROKER_VERSION
-from storelib.report import AuditReport
-from storelib.verdict import report_verdict
+from storelib.reports.report import AuditReport
+from storelib.reports.verdict import report_verdict
+from storelib.synthetic.generator import BROKER_VERSION
 
 BROKEN_BY = ("Audit-Log", ("Billing_v1", 0))  # the topic whose consumequeue/ is lost; the queue zeroed
 
@@ -106,8 +107,8 @@ def demo_store(d: Demo) -> int:
 
 def break_copy(d: Demo) -> None:
     """A fresh copy of the demo store in rescue/store, broken the ways real incidents break a store."""
-    from storelib import incidents
-    from storelib.config import load_broker_config
+    from storelib.broker.config import load_broker_config
+    from storelib.synthetic import incidents
 
     shutil.rmtree(d.rescue, ignore_errors=True)
     shutil.copytree(d.store, d.broken)

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobs.cli import add_broker_config, broker_config
-from storelib.config import BrokerConfig, broker_config_from_properties
+from storelib.broker.config import BrokerConfig, broker_config_from_properties
+from storelib.broker.versions import DEFAULT_RELEASE, rules_for
 from storelib.errors import EXIT_OK, BadInput, ConfigError, Refused
-from storelib.generate import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
-from storelib.versions import DEFAULT_RELEASE, rules_for
+from storelib.synthetic.generator import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1000, "m": 1 << 20, "mib": 1 << 20, "mb": 10**6}
 _UNITS |= {"g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
@@ -145,7 +145,7 @@ def summary_line(out: str, s: GenerateSummary) -> str:
     )
 
 
-#: the rule set of the stores the generator writes (storelib.generate: 4.9.8 record and dispatch rules)
+#: the rule set of the stores the generator writes (storelib.synthetic.generator: 4.9.8 record and dispatch rules)
 GENERATED_RULES = rules_for(DEFAULT_RELEASE).name
 
 

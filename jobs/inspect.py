@@ -15,11 +15,11 @@ import json
 import sys
 
 from jobs.cli import add_broker_config, broker_config
-from jobs.pipeline.rebuild import list_segments, resolve_rules
-from storelib.config import BrokerConfig
+from jobs.pipeline.rebuild_flow import list_segments, resolve_rules
+from storelib.broker.config import BrokerConfig
+from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
-from storelib.inspect import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
-from storelib.versions import BrokerRules
+from storelib.reports.inspection import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

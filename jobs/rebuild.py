@@ -1,6 +1,6 @@
 """``rmqstore rebuild``: CommitLog segments -> ConsumeQueue and IndexFile files, byte-exact, with Spark.
 
-The stages are in jobs/pipeline/rebuild.py; this file reads the command line, runs them, prints the
+The stages are in jobs/pipeline/rebuild_flow.py; this file reads the command line, runs them, prints the
 findings and the one-line summary, and returns the exit code (0 done, 1 findings of severity error or
 stopped on damage, 2 bad input or settings).
 """
@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, print_findings, spark_run
-from jobs.pipeline.rebuild import ON_ERROR, RebuildResult, check_output, rebuild
+from jobs.pipeline.rebuild_flow import ON_ERROR, RebuildResult, check_output, rebuild
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, DamageStop
 
 

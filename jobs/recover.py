@@ -1,6 +1,6 @@
 """``rmqstore recover``: put the verified, rebuilt index back into a stopped store, with a backup and an undo.
 
-The safety rules and the steps are in jobs/pipeline/recover.py; this file reads the command line and
+The safety rules and the steps are in jobs/pipeline/recover_flow.py; this file reads the command line and
 returns the exit code: 0 done (or nothing to do), 1 refused or repairable findings left, 2 bad input.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, spark_run
 from jobs.pipeline.listing import check_outside_store
-from jobs.pipeline.rebuild import rebuild
-from jobs.pipeline.recover import check_backup_dir, check_stopped, recover, undo
+from jobs.pipeline.rebuild_flow import rebuild
+from jobs.pipeline.recover_flow import check_backup_dir, check_stopped, recover, undo
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 
 

@@ -7,7 +7,8 @@ import dataclasses
 import io
 from typing import BinaryIO
 
-from storelib.commitlog import (
+from storelib.broker.config import BrokerConfig
+from storelib.formats.commitlog import (
     Message,
     RecordBatch,
     SegmentEnd,
@@ -16,8 +17,7 @@ from storelib.commitlog import (
     encode_message,
     format_properties,
 )
-from storelib.config import BrokerConfig
-from storelib.generate import GeneratorSpec
+from storelib.synthetic.generator import GeneratorSpec
 
 SEGMENT_FILE = "commitlog/00000000000000000000"
 #: what a RecordBatch says about each record

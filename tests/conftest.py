@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
-from storelib.config import BrokerConfig, load_broker_config
+from storelib.broker.config import BrokerConfig, load_broker_config
 
 if TYPE_CHECKING:
     from tests.broker.harness import BrokerStore
 
 pytest.register_assert_rewrite("tests.reference")  # its assertions explain themselves like a test's
+# A shared or loaded machine runs examples slowly: no per-example deadline, no too-slow health check (the examples
+# and their assertions are the same; only the timing limits go).
+settings.register_profile("loaded-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("loaded-machine")
 
 
 def _fixture_dir() -> Path:
@@ -77,7 +82,7 @@ def fixture_cfg(fixture_dir: Path) -> BrokerConfig:
 def crashed_rebuilt(spark, fixture_dir: Path, fixture_cfg: BrokerConfig, tmp_path_factory) -> Path:
     """crashed/ rebuilt once (audit and recover tests); its consumequeue/ and index/ equal clean/'s."""
     from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
+    from jobs.pipeline.rebuild_flow import rebuild
 
     out = tmp_path_factory.mktemp("rebuilt") / "crashed"
     rebuild(Run(spark, fixture_cfg), str(fixture_dir / "crashed"), str(out), on_error="skip-segment")

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
 
 INT_MAX = 2**31 - 1
 MAGIC_V1, MAGIC_V2, MAGIC_BLANK = -626843481, -626843477, -875286124

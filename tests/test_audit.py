@@ -10,20 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storelib.audit import (
-    check_commitlog,
-    check_index_header,
-    classify_queue,
-    index_entries,
-)
-from storelib.batchcq import BATCH_CONSUME_QUEUE
-from storelib.checkpoint import Checkpoint
-from storelib.config import load_broker_config
-from storelib.consumequeue import CONSUME_QUEUE, QueueFormat, encode_units
+from storelib.audit.index_headers import check_index_header, index_entries
+from storelib.audit.log_recovery import check_commitlog
+from storelib.audit.queues import classify_queue
+from storelib.broker.config import load_broker_config
+from storelib.broker.restart import SegmentFacts, recovery_start
 from storelib.findings import finding, is_divergence
-from storelib.indexfile import IndexFileReader, lookup_reachable, query_offsets
-from storelib.javahash import index_key_hash, java_hash
-from storelib.restart import SegmentFacts, recovery_start
+from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
+from storelib.formats.checkpoint import Checkpoint
+from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFormat, encode_units
+from storelib.formats.indexfile import IndexFileReader, lookup_reachable, query_offsets
+from storelib.formats.javahash import index_key_hash, java_hash
 from tests.conftest import FIXTURE_DIR
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
@@ -346,7 +343,7 @@ def test_entries_only_another_slots_walk_passes_are_not_found() -> None:
 
 def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt, tmp_path) -> None:
     """Each of DAMAGE.md's six changes, with its consequences, and nothing else; the store is in use meanwhile."""
-    from jobs.pipeline.audit import audit
+    from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.context import Run
 
     store = copy_store(CRASHED, tmp_path / "crashed")
@@ -410,7 +407,7 @@ def test_crashed_fixture_is_classified_as_damage_md_says(spark, crashed_rebuilt,
 
 
 def test_unreadable_or_vanished_queue_file_is_reported(tmp_path) -> None:
-    from udfs.audit import QueueTask, audit_queue
+    from udfs.audit_tasks import QueueTask, audit_queue
 
     store = tmp_path / "s"
     (store / "consumequeue" / "T" / "0").mkdir(parents=True)
@@ -439,7 +436,7 @@ def test_hostile_topic_directory_names_are_reported_not_read(tmp_path, fmt: Queu
 
 @pytest.mark.skipif(__import__("os").geteuid() == 0, reason="running as root: file permissions do not bite")
 def test_unreadable_file_by_permissions(tmp_path) -> None:
-    from udfs.audit import QueueTask, audit_queue
+    from udfs.audit_tasks import QueueTask, audit_queue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)
@@ -486,11 +483,11 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     """#8 item 5: an audit that rebuilds compares with its rebuild's parse, and one given --rebuilt scans the store
     once; neither parses the commitlog a second time for its comparisons (the records of RebuildResult)."""
     from jobs.pipeline import parse as parse_module
-    from jobs.pipeline import rebuild as rebuild_module
-    from jobs.pipeline.audit import audit
+    from jobs.pipeline import rebuild_flow as rebuild_module
+    from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.context import Run
-    from storelib.config import BrokerConfig
-    from storelib.generate import GeneratorSpec, generate_store
+    from storelib.broker.config import BrokerConfig
+    from storelib.synthetic.generator import GeneratorSpec, generate_store
 
     cfg = BrokerConfig(
         mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400

@@ -33,7 +33,7 @@ def test_since_last_audits_only_the_tail_and_records_every_run(
     spark, fixture_cfg, tmp_path, capsys, monkeypatch
 ) -> None:
     from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
+    from jobs.pipeline.rebuild_flow import rebuild
 
     # clean/ as it was NEW segments ago: the commitlog without them, its index and checkpoint rebuilt
     store, table, rebuilt = copy_store(CLEAN, tmp_path / "store"), tmp_path / "history", tmp_path / "rebuilt"

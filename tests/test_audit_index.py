@@ -1,5 +1,6 @@
-"""The audit's IndexFile entry comparison (storelib.audit.compare_index_range, jobs.pipeline.audit_index) against
-plain sets of (keyHash, commitlog offset): every live entry a rebuilt one, every rebuilt pair reachable."""
+"""The audit's IndexFile entry comparison (storelib.audit.index_ranges.compare_index_range,
+jobs.pipeline.audit_index) against plain sets of (keyHash, commitlog offset): every live entry a rebuilt one,
+every rebuilt pair reachable."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.audit import (
+from storelib.audit.index_headers import differing_bytes
+from storelib.audit.index_ranges import (
     EntryScope,
     IndexPart,
     PairPart,
     RangeComparison,
     compare_index_range,
-    differing_bytes,
     index_range_bounds,
     range_of,
     sample_threshold,
 )
-from storelib.config import BrokerConfig
-from storelib.indexfile import IndexFileReader, lookup_reachable
+from storelib.broker.config import BrokerConfig
+from storelib.formats.indexfile import IndexFileReader, lookup_reachable
 from tests.reference import ReferenceIndexService
 
 CFG = BrokerConfig(maxHashSlotNum=7, maxIndexNum=12)
@@ -262,10 +263,10 @@ def test_the_sample_is_a_fraction_of_the_pairs_whatever_the_ranges() -> None:
 def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark, tmp_path: Path) -> None:
     """A generated store whose live IndexFiles are damaged four ways: the findings are what plain sets of pairs
     give, and the stage runs two Spark jobs (file positions, then commitlog ranges, packed into tasks), no joins."""
-    from jobs.pipeline.audit import audit
+    from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
-    from storelib.generate import GeneratorSpec, generate_store
+    from jobs.pipeline.rebuild_flow import rebuild
+    from storelib.synthetic.generator import GeneratorSpec, generate_store
 
     cfg = BrokerConfig(mappedFileSizeCommitLog=1 << 16, maxHashSlotNum=97, maxIndexNum=400)
     store = tmp_path / "store"
@@ -340,7 +341,7 @@ def test_a_range_holds_the_offsets_its_number_says(starts, offsets, from_offset)
 
 def test_a_position_task_hands_its_header_ranges_and_findings_and_the_report_the_header_only(tmp_path) -> None:
     """audit_index_file on the same file live and rebuilt, then with the live one unreadable (a directory)."""
-    from udfs.audit import audit_index_file
+    from udfs.audit_tasks import audit_index_file
 
     for root in ("live", "rebuilt"):
         (tmp_path / root / "index").mkdir(parents=True)

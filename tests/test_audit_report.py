@@ -9,7 +9,7 @@ from typing import Any
 from jobs.report.audit_report import render_html
 from jobs.report.console import console_summary
 from storelib.findings import Finding, finding
-from storelib.report import AuditReport, audit_summary
+from storelib.reports.report import AuditReport, audit_summary
 
 HOSTILE = '<script>alert("x")</script>&amp;'
 IMG = "<img src=x onerror=alert(1)>"
@@ -123,7 +123,7 @@ def test_console_summary_lists_the_worst_fifteen_then_one_line() -> None:
     first = lines.index(f"  ERROR   cq-wrong-entries: consumequeue/{HOSTILE}/0: 1 entry of {HOSTILE} differs {IMG}")
     assert lines[first + 1] == f"  WARNING crc-mismatch: commitlog/{IMG}: BODYCRC {IMG}"
     assert lines[first + 15] == "  ... 2 more in the report"  # 17 divergences; the info is not listed
-    assert lines[0].startswith("VERDICT: ")  # the verdict comes first (storelib.verdict)
+    assert lines[0].startswith("VERDICT: ")  # the verdict comes first (storelib.reports.verdict)
     assert lines[-1] == (
         "audit: DIVERGENT: 1 error, 16 warnings, 1 info; 3 queues (2 ok), 2 index files, 12.0 s "
         "-> /reports/run1/report.html"

@@ -22,13 +22,13 @@ import pytest
 from jobs.pipeline import transaction
 from jobs.pipeline.context import Run
 from jobs.pipeline.listing import list_queues
-from jobs.pipeline.rebuild import check_output
-from jobs.pipeline.recover import undo
-from storelib.config import BrokerConfig
+from jobs.pipeline.rebuild_flow import check_output
+from jobs.pipeline.recover_flow import undo
+from storelib.broker.config import BrokerConfig
 from storelib.errors import BadInput, Refused, RmqStoreError
-from storelib.indexfile import IndexFileReader, build_index_file_head, index_file_size
-from storelib.javahash import index_key_hash, java_hash
-from storelib.plan import Step
+from storelib.formats.indexfile import IndexFileReader, build_index_file_head, index_file_size
+from storelib.formats.javahash import index_key_hash, java_hash
+from storelib.reports.plan import Step
 from tests.storecopy import tree_digest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def test_outputs_reached_through_symbolic_links_are_refused(tmp_path: Path) -> N
         check_backup_dir(str(store), link / "backup")
     check_output(str(store), str(tmp_path / "elsewhere" / "out"))  # a sound output is accepted
 
-    from jobs.pipeline.audit import audit
+    from jobs.pipeline.audit_flow import audit
 
     with pytest.raises(BadInput, match="overlaps the store"):
         audit(Run(None, BrokerConfig()), str(store), None, str(link / "rep"))  # before any Spark work
@@ -320,8 +320,8 @@ SEGMENT = 64 * 1024
 
 def _judged(tmp_path: Path, data: bytes) -> tuple[list, dict]:
     """One segment parsed as a parse task does (no Spark), its summary settled and judged as the rebuild does."""
-    from jobs.pipeline.rebuild import judge, read_parsed
-    from storelib.segments import Piece, Segment
+    from jobs.pipeline.rebuild_flow import judge, read_parsed
+    from storelib.broker.segments import Piece, Segment
     from udfs.parse import parse_segment
 
     path = tmp_path / "commitlog" / "00000000000000000000"
@@ -339,7 +339,7 @@ def _judged(tmp_path: Path, data: bytes) -> tuple[list, dict]:
 
 @pytest.mark.parametrize("written", [struct.pack(">ii", 300, MAGIC_V1), struct.pack(">iiiii", 300, MAGIC_V1, 7, 1, 0)])
 def test_the_first_bytes_of_a_record_then_zeros_are_a_torn_tail(tmp_path: Path, written: bytes) -> None:
-    from storelib.segments import max_offset
+    from storelib.broker.segments import max_offset
     from tests.builders import encode_segment, msg
 
     data, _ = encode_segment([msg(queue_offset=i, body=b"x" * 50) for i in range(5)])
@@ -366,7 +366,7 @@ def test_one_record_whose_lengths_do_not_add_up_costs_only_that_record(tmp_path:
 
 
 def _segment():
-    from storelib.segments import Segment
+    from storelib.broker.segments import Segment
 
     return Segment("", "00000000000000000000", 0, SEGMENT)
 
@@ -458,7 +458,7 @@ def business(records: list[Rec], segment: int) -> list[Rec]:
 
 @pytest.fixture(scope="module")
 def clean_store(tmp_path_factory) -> Path:
-    from storelib.generate import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import GeneratorSpec, generate_store
 
     root = tmp_path_factory.mktemp("reliability") / "clean"
     generate_store(root, GeneratorSpec(messages=1500, topics=2, queues_per_topic=2, seed=11), CFG)
@@ -482,8 +482,8 @@ def test_record_damage_keeps_its_segment_and_audit_names_hostile_topics_orphans_
     """6: one record whose lengths do not add up costs only that record; 5: a torn crash tail is a warning at
     its offset with every record before it kept; 7: a hostile topic makes the audit incomplete; 13: an orphan
     queue is named; 8: a linked topic directory is reported, not followed."""
-    from jobs.pipeline.audit import audit
-    from jobs.pipeline.rebuild import rebuild
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.rebuild_flow import rebuild
     from tests.storecopy import copy_store
 
     store = copy_store(clean_store, tmp_path / "store")
@@ -529,8 +529,8 @@ def test_recover_never_writes_a_unit_the_broker_stops_at_and_truncates_a_torn_ta
     """1: a BLANK in the middle of a segment hides records, so their queues have gaps in the rebuild; recover
     leaves those queues alone and every entry the broker could read before it can still read after.
     5: the torn crash tail is zeroed with --truncate-torn-tail, and only from where the torn record starts."""
-    from jobs.pipeline.rebuild import rebuild
-    from jobs.pipeline.recover import recover
+    from jobs.pipeline.rebuild_flow import rebuild
+    from jobs.pipeline.recover_flow import recover
     from tests.storecopy import copy_store
 
     store = copy_store(clean_store, tmp_path / "store")
@@ -569,9 +569,9 @@ def test_recover_never_writes_a_unit_the_broker_stops_at_and_truncates_a_torn_ta
 def test_a_rebuild_of_another_commitlog_state_is_refused(spark, clean_store: Path, tmp_path: Path) -> None:
     """2: the same segments, sizes and end offsets, one record's store time changed after the rebuild:
     audit and recover refuse with rebuilt-stale."""
-    from jobs.pipeline.audit import audit
-    from jobs.pipeline.rebuild import rebuild
-    from jobs.pipeline.recover import recover
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.rebuild_flow import rebuild
+    from jobs.pipeline.recover_flow import recover
     from tests.storecopy import copy_store
 
     store = copy_store(clean_store, tmp_path / "store")

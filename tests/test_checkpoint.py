@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.checkpoint import Checkpoint
 from storelib.errors import StoreFormatError
+from storelib.formats.checkpoint import Checkpoint
 from tests.roundtrip import assert_roundtrip
 
 # 4.9.8: physicMsgTimestamp @0, logicsMsgTimestamp @8, indexMsgTimestamp @16, then zeros

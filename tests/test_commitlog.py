@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storelib.commitlog import (
+from storelib.errors import StoreFormatError
+from storelib.formats.commitlog import (
     DAMAGE_CRC,
     DAMAGE_LENGTH,
     END_BAD_BLANK,
@@ -33,7 +34,6 @@ from storelib.commitlog import (
     parse_properties,
     record_length,
 )
-from storelib.errors import StoreFormatError
 from tests.builders import encode_segment, msg, scan
 from tests.roundtrip import assert_roundtrip
 

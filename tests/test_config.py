@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.config import (
+from storelib.broker.config import (
     BrokerConfig,
     broker_config_from_properties,
     load_broker_config,

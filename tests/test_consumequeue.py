@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib import batchcq
-from storelib.consumequeue import (
+from storelib.formats import batchcq
+from storelib.formats.consumequeue import (
     CONSUME_QUEUE,
     QueueFiles,
     QueueFinding,

@@ -32,7 +32,7 @@ def test_the_session_s_workers_run_the_daemon_without_archives(spark) -> None:
 
         paths = [*sys.path, *sys.path_importer_cache]
         spark_archives = [p for p in paths if p.endswith((".zip", ".jar")) and ("spark" in p or "py4j" in p)]
-        yield spark_archives, "storelib.kernel" in sys.modules, gc.get_freeze_count() > 0
+        yield spark_archives, "storelib.formats.kernel" in sys.modules, gc.get_freeze_count() > 0
 
     assert spark.conf.get("spark.python.daemon.module") == "udfs.daemon"
     assert spark.sparkContext.parallelize([0], 1).mapPartitions(look).collect() == [([], True, True)]

@@ -1,6 +1,6 @@
 """``rmqstore demo`` (what ``make run`` runs) as a newcomer sees it: one real process, its console and its files.
 
-The oracles are the reports the demo's audits wrote and a copy broken again with storelib.incidents (the same
+The oracles are the reports the demo's audits wrote and a copy broken again with storelib.synthetic.incidents (the same
 damage, so the undo the demo prints must give back exactly that copy's bytes).
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from storelib import incidents
-from storelib.config import load_broker_config
+from storelib.broker.config import load_broker_config
+from storelib.synthetic import incidents
 from tests.spark_cluster import ROOT
 from tests.storecopy import tree_digest
 

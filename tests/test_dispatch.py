@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.commitlog import Message, parse_properties
-from storelib.config import BrokerConfig
-from storelib.dispatch import deliver_timestamp, dispatch_batch, index_keys, transaction_type
-from storelib.javahash import java_hash
+from storelib.broker.config import BrokerConfig
+from storelib.broker.dispatch import deliver_timestamp, dispatch_batch, index_keys, transaction_type
+from storelib.formats.commitlog import Message, parse_properties
+from storelib.formats.javahash import java_hash
 from tests.builders import batch_of, msg
 
 CFG = BrokerConfig()

@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.pipeline.audit import audit
+from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
-from jobs.pipeline.convert import convert
-from jobs.pipeline.rebuild import rebuild
-from jobs.pipeline.recover import recover
-from storelib.commitlog import (
+from jobs.pipeline.convert_flow import convert
+from jobs.pipeline.rebuild_flow import rebuild
+from jobs.pipeline.recover_flow import recover
+from storelib.broker.config import load_broker_config
+from storelib.constants import DLEDGER_ENTRY_HEADER
+from storelib.formats.commitlog import (
     DLEDGER_FRAMING,
     END_BAD_MAGIC,
     END_BAD_SIZE,
@@ -25,10 +27,7 @@ from storelib.commitlog import (
     Message,
     encode_message,
 )
-from storelib.config import load_broker_config
-from storelib.constants import DLEDGER_ENTRY_HEADER
-from storelib.convert import plain_records, segment_tail
-from storelib.dledger import (
+from storelib.formats.dledger import (
     ENTRY_INDEX,
     ENTRY_POS,
     ENTRY_TERM,
@@ -41,7 +40,8 @@ from storelib.dledger import (
     index_plans,
     parse_checkpoint,
 )
-from storelib.inspect import inspect_store
+from storelib.formats.dledger_convert import plain_records, segment_tail
+from storelib.reports.inspection import inspect_store
 from tests import reference
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, served

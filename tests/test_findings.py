@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
 from storelib.findings import (
     AREA_COMMITLOG,
     AREAS,
@@ -22,6 +21,7 @@ from storelib.findings import (
     finding_order,
     is_repairable,
 )
+from storelib.formats.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
 from tests.roundtrip import assert_roundtrip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_unregistered_kinds_and_wrong_severities_fail_where_they_are_made() -> N
 def _emitted_kinds() -> set[str]:
     """Every kind the code passes to finding() as a literal, and the segment-<end reason> kinds."""
     out = set()
-    for path in [*ROOT.glob("storelib/*.py"), *ROOT.glob("udfs/*.py"), *ROOT.glob("jobs/**/*.py")]:
+    for path in [*ROOT.glob("storelib/**/*.py"), *ROOT.glob("udfs/*.py"), *ROOT.glob("jobs/**/*.py")]:
         out |= set(re.findall(r'finding\(\s*"([a-z-]+)"', path.read_text()))
     # judge_ends emits segment-<reason> for every way records can stop early in the middle of the log
     out |= {f"segment-{r}" for r in (END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL)}

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storelib.commitlog import (
+from storelib.broker.config import BrokerConfig
+from storelib.broker.dispatch import dispatch_batch
+from storelib.formats.commitlog import (
     DAMAGE_CRC,
     END_BLANK,
     END_ZERO_TAIL,
@@ -28,10 +30,8 @@ from storelib.commitlog import (
     decode_message,
     encode_message,
 )
-from storelib.config import BrokerConfig
-from storelib.consumequeue import QueueFiles
-from storelib.dispatch import dispatch_batch
-from storelib.indexfile import IndexFileReader, IndexFileSeries, IndexHeader, query_offsets
+from storelib.formats.consumequeue import QueueFiles
+from storelib.formats.indexfile import IndexFileReader, IndexFileSeries, IndexHeader, query_offsets
 from tests import reference
 
 BLANK_MAGIC = -875286124

@@ -1,4 +1,4 @@
-"""storelib.generate and ``rmqstore generate``: a small generated store, scanned back record by record."""
+"""storelib.synthetic.generator and ``rmqstore generate``: a small generated store, scanned back record by record."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ import pytest
 
 from jobs import cli
 from jobs import generate as generate_job
-from storelib.checkpoint import Checkpoint
-from storelib.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
-from storelib.config import BrokerConfig, load_broker_config
+from storelib.broker.config import BrokerConfig, load_broker_config
 from storelib.constants import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
@@ -30,7 +28,9 @@ from storelib.constants import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.errors import RmqStoreError
-from storelib.generate import (
+from storelib.formats.checkpoint import Checkpoint
+from storelib.formats.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
+from storelib.synthetic.generator import (
     LONG_TOPIC,
     PRESETS,
     GeneratorSpec,

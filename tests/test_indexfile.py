@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.commitlog import Message
-from storelib.config import BrokerConfig
-from storelib.dispatch import dispatch_batch
+from storelib.broker.config import BrokerConfig
+from storelib.broker.dispatch import dispatch_batch
 from storelib.errors import StoreFormatError
-from storelib.indexfile import (
+from storelib.formats.commitlog import Message
+from storelib.formats.indexfile import (
     IndexFileReader,
     IndexFileSeries,
     IndexHeader,

@@ -1,4 +1,5 @@
-"""storelib.inspect and ``rmqstore inspect``: the 4.9.8 sample store's facts, generated stores, hostile names."""
+"""storelib.reports.inspection and ``rmqstore inspect``: the 4.9.8 sample store's facts, generated stores,
+hostile names."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import pytest
 
 from jobs import inspect as inspect_job
 from jobs.generate import broker_properties
-from storelib.config import BrokerConfig
-from storelib.generate import LONG_TOPIC, generate_store
-from storelib.inspect import inspect_store
-from storelib.versions import StoreFacts, select
+from storelib.broker.config import BrokerConfig
+from storelib.broker.versions import StoreFacts, select
+from storelib.reports.inspection import inspect_store
+from storelib.synthetic.generator import LONG_TOPIC, generate_store
 from tests.builders import SMALL_CFG, SMALL_SPEC
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.javahash import combine_hash, index_key_hash, java_hash, java_hash_batch, java_hash_utf8_runs
+from storelib.formats.javahash import combine_hash, index_key_hash, java_hash, java_hash_batch, java_hash_utf8_runs
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1

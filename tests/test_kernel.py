@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib import kernel
-from storelib.commitlog import find_properties
-from storelib.javahash import java_hash_utf8_runs
+from storelib.formats import kernel
+from storelib.formats.commitlog import find_properties
+from storelib.formats.javahash import java_hash_utf8_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 INT_MAX = 2**31 - 1
@@ -224,7 +224,7 @@ def test_merged_walks_are_answered_over_the_whole_walk() -> None:
 # --- caching where executors can write -------------------------------------------------------
 
 CHILD = """
-import storelib.kernel as k, numpy as np
+import storelib.formats.kernel as k, numpy as np
 table, prev, used = k.slot_chains(np.array([5, 13, 5], np.int32), 7)
 print(prev.tolist(), used, sum(k.slot_chains.stats.cache_hits.values()), k._CACHE)
 """
@@ -234,8 +234,8 @@ def test_kernel_imported_from_a_zip_caches_in_a_writable_directory(tmp_path: Pat
     """``spark-submit --py-files``: storelib in a zip; numba's cache goes under $HOME, loaded by the next process."""
     archive = tmp_path / "deps.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        for path in (ROOT / "storelib").glob("*.py"):
-            z.write(path, f"storelib/{path.name}")
+        for path in (ROOT / "storelib").rglob("*.py"):
+            z.write(path, path.relative_to(ROOT).as_posix())
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env.update(HOME=str(home), PYTHONPATH=str(archive))

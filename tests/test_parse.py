@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.config import BrokerConfig
-from storelib.segments import Piece, Segment, SegmentSummary
-from storelib.versions import RuleInputs
+from storelib.broker.config import BrokerConfig
+from storelib.broker.segments import Piece, Segment, SegmentSummary
+from storelib.broker.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
 from udfs.parse import coalesce, cq_units_path, index_scratch_path, parse_segment, segment_parser, summary_path

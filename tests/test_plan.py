@@ -1,6 +1,7 @@
 """One plan: ``rmqstore audit``'s report.json ``plan`` is what ``rmqstore recover`` prints in its dry run and what
 ``--apply`` then changes (its backup manifest), step for step, on the suite's damaged stores; the dry run on every
-store the real brokers wrote for the suite (every harness variant of each version, ``broker``); storelib.plan alone."""
+store the real brokers wrote for the suite (every harness variant of each version, ``broker``);
+storelib.reports.plan alone."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, finding
-from storelib.plan import Plan, Step, recover_plan
+from storelib.reports.plan import Plan, Step, recover_plan
 from tests.broker.harness import VARIANTS, VERSIONS
 from tests.storecopy import rmqstore_main
 
@@ -120,7 +121,7 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
-# --- storelib.plan.recover_plan ----------------------------------------------------------------------------
+# --- storelib.reports.plan.recover_plan ----------------------------------------------------------------------------
 
 CQ = "consumequeue/T/0/00000000000000000000"
 REPAIRS = [

@@ -1,6 +1,6 @@
-"""A segment parsed in byte ranges (storelib.segments.Piece, merge_pieces) gives exactly what its parse whole gives:
-the same records, IndexFile entries and summary (ends, damage, counts, fingerprint), or, when the ranges do not meet,
-None, and the whole parse decides. Property tests over generated segments cut at random points."""
+"""A segment parsed in byte ranges (storelib.broker.segments.Piece, merge_pieces) gives exactly what its parse whole
+gives: the same records, IndexFile entries and summary (ends, damage, counts, fingerprint), or, when the ranges do not
+meet, None, and the whole parse decides. Property tests over generated segments cut at random points."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storelib.commitlog import find_record_start
-from storelib.config import BrokerConfig
-from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary, merge_pieces, plan_parse_tasks
+from storelib.broker.config import BrokerConfig
+from storelib.broker.segments import Piece, PieceSummary, Segment, SegmentSummary, merge_pieces, plan_parse_tasks
+from storelib.formats.commitlog import find_record_start
 from tests.builders import encode_segment, msg
 from udfs.parse import cq_units_path, index_scratch_path, parse_piece, summary_path
 from udfs.schema import INDEX_ENTRY_DTYPE

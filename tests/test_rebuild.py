@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import rebuild
-from storelib.commitlog import Message, encode_message
-from storelib.config import BrokerConfig, broker_config_from_properties, load_broker_config
+from jobs.pipeline.rebuild_flow import rebuild
+from storelib.broker.config import BrokerConfig, broker_config_from_properties, load_broker_config
 from storelib.errors import DamageStop
-from storelib.generate import PRESETS, generate_store
-from storelib.report import RebuildReport
+from storelib.formats.commitlog import Message, encode_message
+from storelib.reports.report import RebuildReport
+from storelib.synthetic.generator import PRESETS, generate_store
 from tests import storecopy
 from tests.conftest import FIXTURE_DIR
 from tests.reference import (
@@ -75,7 +75,7 @@ def test_rerun_gives_byte_identical_output(spark, cfg, tmp_path):
 
 @pytest.mark.parametrize("store", ["clean", "crashed"])
 def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_path, store, monkeypatch):
-    """Every 128 KiB segment parsed in 7 byte ranges (storelib.segments.Piece): the same files and rebuild.json
+    """Every 128 KiB segment parsed in 7 byte ranges (storelib.broker.segments.Piece): the same files and rebuild.json
     as the parse of whole segments, none of them parsed whole again."""
     import jobs.pipeline.parse as parse_module
 
@@ -221,8 +221,8 @@ def test_rebuild_reproduces_generated_stores(spark, tmp_path, exact_fill):
 def test_the_index_stage_waits_for_every_summary_and_gives_up_once_the_parse_is_over(tmp_path: Path) -> None:
     """wait_for_summaries: the summaries as soon as all are there; an error, not a hang, when the queue writers'
     job has ended (``parsed``) and one is still missing."""
-    from jobs.pipeline.rebuild import wait_for_summaries
-    from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary
+    from jobs.pipeline.rebuild_flow import wait_for_summaries
+    from storelib.broker.segments import Piece, PieceSummary, Segment, SegmentSummary
     from udfs.parse import summary_path
 
     segments = [Segment(f"file:///s/{n:020d}", f"{n:020d}", n, 1024) for n in (0, 1024)]
@@ -256,7 +256,7 @@ def test_the_index_stage_lists_the_scratch_directory_only_once_it_exists(tmp_pat
     """pyarrow fails a listing that meets the directory being made (by the first parse task), allow_not_found or
     not: wait_for_summaries makes ``scratch`` before it looks."""
     import jobs.pipeline.parse as parse_module
-    from storelib.segments import Piece, PieceSummary, Segment, SegmentSummary
+    from storelib.broker.segments import Piece, PieceSummary, Segment, SegmentSummary
     from udfs.parse import summary_path
 
     class Listed:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from jobs.pipeline.audit import audit
+from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import rebuild
-from storelib.config import load_broker_config
-from storelib.rocksdbcq import unit_key
+from jobs.pipeline.rebuild_flow import rebuild
+from storelib.broker.config import load_broker_config
+from storelib.formats.rocksdbcq import unit_key
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEED, SEEDS
 from tests.reference import assert_same_index, walk_commitlog

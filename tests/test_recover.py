@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from jobs.pipeline.context import Run
-from jobs.pipeline.recover import check_stopped, recover
-from storelib.commitlog import decode_message
+from jobs.pipeline.recover_flow import check_stopped, recover
 from storelib.constants import CQ_BLANK_SIZE, MESSAGE_MAGIC_CODE
-from storelib.consumequeue import decode_units
 from storelib.errors import Refused
+from storelib.formats.commitlog import decode_message
+from storelib.formats.consumequeue import decode_units
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
 MAX_OFFSET = 3_444_995
@@ -115,7 +115,7 @@ def read_back(store: Path, segment_size: int) -> int:
 def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
     spark, fixture_dir: Path, fixture_cfg, crashed_rebuilt: Path, tmp_path: Path, capsys
 ) -> None:
-    from jobs.pipeline.audit import audit
+    from jobs.pipeline.audit_flow import audit
 
     store = copy_store(fixture_dir / "crashed", tmp_path / "store")
     damage(store)
@@ -179,12 +179,12 @@ def test_recover_repairs_what_the_audit_found_and_undo_puts_it_back(
 
 
 def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path) -> None:
-    """A store from storelib.generate (retention deleted its first segment): a zeroed middle file, a queue
+    """A store from storelib.synthetic.generator (retention deleted its first segment): a zeroed middle file, a queue
     missing entirely and a lost newest IndexFile (story 2) are found, and only those; recover repairs them."""
-    from jobs.pipeline.audit import audit
-    from jobs.pipeline.rebuild import rebuild
-    from storelib.config import BrokerConfig
-    from storelib.generate import GeneratorSpec, generate_store
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.rebuild_flow import rebuild
+    from storelib.broker.config import BrokerConfig
+    from storelib.synthetic.generator import GeneratorSpec, generate_store
 
     cfg = BrokerConfig(
         mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.audit import audit
+from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import rebuild
-from storelib.config import load_broker_config
+from jobs.pipeline.rebuild_flow import rebuild
+from storelib.broker.config import load_broker_config
+from storelib.broker.versions import RULE_SETS, parse_version, rules_for
 from storelib.errors import AmbiguousRelease
-from storelib.versions import RULE_SETS, parse_version, rules_for
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import CORE_VERSIONS, SEEDS, VERSIONS
 from tests.reference import assert_same_index

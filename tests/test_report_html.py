@@ -22,8 +22,8 @@ import pytest
 
 from jobs.report.audit_report import render_html
 from jobs.report.console import console_summary
-from storelib.report import AuditReport
-from storelib.verdict import verdict
+from storelib.reports.report import AuditReport
+from storelib.reports.verdict import verdict
 
 DATA = Path(__file__).parent / "data"
 CHROMIUM_FLAGS = [
@@ -70,7 +70,7 @@ def chromium() -> str:
 
 
 def typed(report: dict[str, Any]) -> AuditReport:
-    """A report.json as the page reads it, its verdict computed by this tree's storelib.verdict (with the saved
+    """A report.json as the page reads it, its verdict computed by this tree's storelib.reports.verdict (with the saved
     verdict's lost messages, if it has one)."""
     lost = ((report.get("verdict") or {}).get("truncate") or {}).get("messages")
     read = AuditReport.from_json(json.dumps({k: v for k, v in report.items() if k != "verdict"}))

@@ -1,4 +1,4 @@
-"""storelib.restart: the broker's next start by its own rules per release, on hand-made segment facts (the rules
+"""storelib.broker.restart: the broker's next start by its own rules per release, on hand-made segment facts (the rules
 are read from the jars, tests/broker/FACTS.md; tests/broker/test_restart_broker.py compares with the real broker)."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import dataclasses
 
 import pytest
 
-from storelib.checkpoint import Checkpoint
-from storelib.config import BrokerConfig
-from storelib.restart import (
+from storelib.broker.config import BrokerConfig
+from storelib.broker.restart import (
     DEFAULT_RECOVER_MAX_NUM,
     SegmentFacts,
     index_deleted,
@@ -18,6 +17,7 @@ from storelib.restart import (
     recovery_start,
     stops_recovery,
 )
+from storelib.formats.checkpoint import Checkpoint
 
 SEG = 65_536
 T0 = 1_700_000_000_000  # first storeTimestamp of segment 0; each segment's first record is 1 s later
@@ -158,8 +158,8 @@ def test_crash_recovery_deletes_index_files_ending_after_index_msg_timestamp() -
 
 
 def test_the_recovery_rows_a_release_range_meets() -> None:
-    from storelib.restart import releases_by_rules
-    from storelib.versions import Releases
+    from storelib.broker.restart import releases_by_rules
+    from storelib.broker.versions import Releases
 
     assert releases_by_rules(Releases.between((5, 2, 0), (5, 4, 0))) == ["5.2.0", "5.3.2"]  # a 5.3.3 store's clues
     assert releases_by_rules(Releases.between((5, 5, 0))) == ["5.5.0"]

@@ -1,4 +1,4 @@
-"""The audit's model of the broker's next start (report.json ``run.restart``, storelib.restart) against the real
+"""The audit's model of the broker's next start (report.json ``run.restart``, storelib.broker.restart) against the real
 broker: started on a copy of the same store, its store log says which recovery ran, from which segment, where
 the commitlog ends after it and which IndexFiles it deleted."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.audit import audit
+from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import rebuild
-from jobs.pipeline.recover import recover
-from storelib.config import load_broker_config
+from jobs.pipeline.rebuild_flow import rebuild
+from jobs.pipeline.recover_flow import recover
+from storelib.broker.config import load_broker_config
 from tests.broker.harness import build_store, java_available, read_properties, restarted
 from tests.reference import walk_commitlog
 

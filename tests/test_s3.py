@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild import list_segments, parse_store
+from jobs.pipeline.rebuild_flow import list_segments, parse_store
 from jobs.tables.catalog import write_catalog
 from tests.catalog_rows import BROKER_A, BROKER_B, readme_queries, records_df
 from tests.conftest import FIXTURE_DIR

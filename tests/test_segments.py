@@ -1,4 +1,4 @@
-"""storelib.segments.plan_parse_tasks: parse tasks sized by bytes, consecutive segments in offset order, a bigger
+"""storelib.broker.segments.plan_parse_tasks: parse tasks sized by bytes, consecutive segments in offset order, a bigger
 segment cut into byte ranges."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.segments import Piece, Segment, crc32_combine, plan_parse_tasks
+from storelib.broker.segments import Piece, Segment, crc32_combine, plan_parse_tasks
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

@@ -13,7 +13,7 @@ import pytest
 from jobs.pipeline.context import Run
 from jobs.runtime import cds, session
 from jobs.runtime.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
 from storelib.errors import ConfigError
 
 

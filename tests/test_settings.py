@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from storelib.config import BrokerConfig
-from storelib.generate import GeneratorSpec, generate_store
+from storelib.broker.config import BrokerConfig
+from storelib.synthetic.generator import GeneratorSpec, generate_store
 from tests.storecopy import rmqstore_main, tree_digest
 
 CFG = BrokerConfig(mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400)

@@ -18,17 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storelib import batchcq
-from storelib.audit import classify_batch_queue
-from storelib.checkpoint import Checkpoint
-from storelib.commitlog import SegmentScanner
-from storelib.config import BrokerConfig, batch_cq_topics, load_broker_config
-from storelib.consumequeue import QueueFiles
-from storelib.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
-from storelib.indexfile import IndexFileSeries, IndexHeader
-from storelib.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
-from storelib.versions import (
+from storelib.audit.batch_queues import classify_batch_queue
+from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
+from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
+from storelib.broker.versions import (
     RULE_SETS,
     Releases,
     RuleInputs,
@@ -41,6 +34,13 @@ from storelib.versions import (
     select,
     select_stretches,
 )
+from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
+from storelib.formats import batchcq
+from storelib.formats.checkpoint import Checkpoint
+from storelib.formats.commitlog import SegmentScanner
+from storelib.formats.consumequeue import QueueFiles
+from storelib.formats.indexfile import IndexFileSeries, IndexHeader
+from storelib.formats.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEEDS
 from tests.reference import walk_commitlog

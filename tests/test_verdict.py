@@ -1,4 +1,4 @@
-"""storelib.verdict: the broker's outcome, one line per area, recover's command and plan — without Spark.
+"""storelib.reports.verdict: the broker's outcome, one line per area, recover's command and plan — without Spark.
 
 The crashed/ report (tests/data/crashed-4.9.8-report.json) is a real audit of a copy of the 4.9.8 sample's crashed/
 store; the expected figures come from that fixture's DAMAGE.md (what the real broker did), not from the code.
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from storelib.findings import Finding, finding
-from storelib.plan import Step, recover_plan
-from storelib.report import AuditReport
-from storelib.verdict import closing_line, human_bytes, plan_lines, plural, verdict
+from storelib.reports.plan import Step, recover_plan
+from storelib.reports.report import AuditReport
+from storelib.reports.verdict import closing_line, human_bytes, plan_lines, plural, verdict
 
 DATA = Path(__file__).parent / "data"
 CRASHED_STORE = "/tmp/report-crashed"

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from storelib.config import BrokerConfig
-from storelib.indexfile import IndexHeader, IndexPlan
+from storelib.broker.config import BrokerConfig
+from storelib.formats.indexfile import IndexHeader, IndexPlan
 from tests.reference import ReferenceIndexFile, index_key_hash
 from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE

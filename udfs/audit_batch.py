@@ -1,11 +1,12 @@
-"""BatchConsumeQueue audit work that runs on executors (the ConsumeQueue's is udfs.audit.audit_queue): one queue's
+"""BatchConsumeQueue audit work that runs on executors (the ConsumeQueue's is udfs.audit_tasks.audit_queue): one queue's
 live and rebuilt files are read here, through udfs.fs, never on the driver."""
 
 from __future__ import annotations
 
-from storelib.audit import QueueAudit, classify_batch_queue
-from storelib.batchcq import BATCH_CONSUME_QUEUE
-from storelib.config import BrokerConfig
+from storelib.audit.batch_queues import classify_batch_queue
+from storelib.audit.queues import QueueAudit
+from storelib.broker.config import BrokerConfig
+from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
 from udfs.fs import join, read_file, resolve
 
 

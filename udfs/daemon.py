@@ -51,10 +51,10 @@ def preload() -> None:
     try:
         import pandas  # noqa: F401
 
-        import udfs.audit
+        import udfs.audit_tasks
         import udfs.parse
         import udfs.write  # noqa: F401
-        from storelib import kernel
+        from storelib.formats import kernel
 
         kernel.warm_up()
     except Exception:

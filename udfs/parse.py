@@ -25,15 +25,23 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from storelib import batchcq
-from storelib.commitlog import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
+from storelib.broker.dispatch import Dispatch, dispatch_batch, rule_inputs
+from storelib.broker.segments import (
+    FINGERPRINT_COLUMNS,
+    Damage,
+    Piece,
+    PieceSummary,
+    Segment,
+    SegmentSummary,
+    fingerprint,
+)
+from storelib.broker.versions import RuleInputs
 from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
-from storelib.consumequeue import encode_units
-from storelib.dispatch import Dispatch, dispatch_batch, rule_inputs
-from storelib.dledger import entry_damage
-from storelib.segments import FINGERPRINT_COLUMNS, Damage, Piece, PieceSummary, Segment, SegmentSummary, fingerprint
-from storelib.versions import RuleInputs
+from storelib.formats import batchcq
+from storelib.formats.commitlog import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
+from storelib.formats.consumequeue import encode_units
+from storelib.formats.dledger import entry_damage
 from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 
@@ -244,7 +252,7 @@ class _Tally:
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
 
     def add_entries(self, b: RecordBatch) -> None:
-        """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.dledger``)."""
+        """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.formats.dledger``)."""
         units = b.entries
         before = None if not self.entries else (int(self.entries[-1]["index"]), int(self.entries[-1]["term"]))
         for at, kind, detail in entry_damage(units, b.physical_offset - DLEDGER_ENTRY_HEADER, before):
@@ -304,7 +312,7 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
 
 
 def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Iterator[pa.RecordBatch]:
-    """The rows of one piece of a segment (the whole segment, or a byte range: storelib.segments.Piece); its
+    """The rows of one piece of a segment (the whole segment, or a byte range: storelib.broker.segments.Piece); its
     entries and PieceSummary go to ``scratch`` under the piece's name."""
     reset_peak_rss()
     seg = piece.segment
@@ -381,7 +389,7 @@ def _piece_summary(
 
 def segment_parser(cfg: BrokerConfig, mode: str, scratch: str, tasks: list[list[Piece]]) -> ArrowMap:
     """The ``mapInArrow`` function: task numbers (``id``) in, CQ_RUN_SCHEMA or MESSAGE_SCHEMA rows out; task k
-    parses ``tasks[k]``, consecutive segments (or one byte range of one: storelib.segments.plan_parse_tasks) in
+    parses ``tasks[k]``, consecutive segments (or one byte range of one: storelib.broker.segments.plan_parse_tasks) in
     offset order."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")

@@ -1,7 +1,7 @@
 """Arrow schemas of what the executors hand back to Spark, one per kind of result.
 
 A parse task returns either ConsumeQueue runs (the rebuild) or message rows (catalog, audit); what it says
-about each segment (storelib.segments.SegmentSummary) and the IndexFile entries go to files in the work
+about each segment (storelib.broker.segments.SegmentSummary) and the IndexFile entries go to files in the work
 directory instead, so no result is a union of unrelated columns.
 """
 

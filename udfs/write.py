@@ -9,13 +9,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storelib.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
-from storelib.consumequeue import CONSUME_QUEUE, QueueFiles
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
-from storelib.indexfile import IndexHeader, IndexPlan, index_file_head_size, index_file_size, put_index_file_head
+from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
+from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFiles
+from storelib.formats.indexfile import (
+    IndexHeader,
+    IndexPlan,
+    index_file_head_size,
+    index_file_size,
+    put_index_file_head,
+)
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA

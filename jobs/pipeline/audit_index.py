@@ -14,26 +14,26 @@ import numpy as np
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_index
 from jobs.pipeline.tasks import run_packed, shares, task_slots
-from storelib.audit import (
+from storelib.audit.index_ranges import (
     BadEntries,
     EntryScope,
     PairPart,
     RangeComparison,
     index_range_bounds,
-    index_repairs,
     range_of,
     sample_threshold,
 )
-from storelib.checkpoint import Checkpoint
+from storelib.audit.scope import index_repairs
+from storelib.broker.restart import index_deleted
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
-from storelib.indexfile import index_file_size
+from storelib.formats.checkpoint import Checkpoint
+from storelib.formats.indexfile import index_file_size
 from storelib.layout import index_file
-from storelib.restart import index_deleted
-from udfs.audit import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
+from udfs.audit_tasks import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
 
 
@@ -55,7 +55,7 @@ class IndexCompared:
 
 def compare_index(a: Audit) -> IndexCompared:
     """The live IndexFiles against the rebuilt ones: per position (headers, bytes), then their entries per commitlog
-    range. It does not depend on the queues' or the log's stages: it runs beside them (jobs.pipeline.audit).
+    range. It does not depend on the queues' or the log's stages: it runs beside them (jobs.pipeline.audit_flow).
 
     Everything is judged from IndexFile entries (keyHash, commitlog offset): the broker's lookup matches keys
     by keyHash alone, so the rebuilt files' entries are every key of every indexed message, and no second
@@ -151,8 +151,9 @@ def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> li
 
 
 def _split(a: Audit, tasks: list[IndexRangeTask], entries: EntryScope) -> tuple[list[IndexRangeTask], list[int]]:
-    """The range tasks with a range bigger than a core's share in parts of its pairs (storelib.audit.PairPart), so
-    one big commitlog segment is compared on every core; each task's weight, its range's bytes over its parts."""
+    """The range tasks with a range bigger than a core's share in parts of its pairs
+    (storelib.audit.index_ranges.PairPart), so one big commitlog segment is compared on every core; each task's weight,
+    its range's bytes over its parts."""
     weights = [entries.range_bytes(t.range, a.rebuild_report.commitlog.max_offset) for t in tasks]
     out = []
     for t, w, n in zip(tasks, weights, shares(weights, task_slots(a.run.spark.sparkContext))):

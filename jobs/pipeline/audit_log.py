@@ -1,4 +1,4 @@
-"""The audit's commitlog stage: what the broker's next start does with the log (storelib.restart), from the live
+"""The audit's commitlog stage: what the broker's next start does with the log (storelib.broker.restart), from the live
 checkpoint and abort marker, the damage found so far and where the live ConsumeQueues end."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from jobs.pipeline.context import Found
-from storelib.audit import check_commitlog, restart_of
-from storelib.checkpoint import Checkpoint
+from storelib.audit.log_recovery import check_commitlog, restart_of
+from storelib.broker.restart import Restart, SegmentFacts, releases_by_rules
 from storelib.findings import Finding
-from storelib.restart import Restart, SegmentFacts, releases_by_rules
-from udfs.audit import read_checkpoint
+from storelib.formats.checkpoint import Checkpoint
+from udfs.audit_tasks import read_checkpoint
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_flow import Audit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ def audit_log(a: Audit, found: list[Finding], cq_max_physic_offset: int) -> tupl
 def _restarts_if_they_differ(
     a: Audit, log: LogStart, found: list[Finding], cq_max_physic_offset: int
 ) -> dict[str, Restart]:
-    """Where detected releases recover differently (storelib.restart's rows), the next start by each of them (its
+    """Where detected releases recover differently (storelib.broker.restart's rows), the next start by each of them (its
     lowest release the clues allow -> Restart); empty when the release is given or they all agree."""
     if a.rules is None or a.rules.releases is None:
         return {}

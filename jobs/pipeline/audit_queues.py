@@ -1,9 +1,9 @@
 """The audit's ConsumeQueue stage: a task per queue, or per few queues (jobs.pipeline.tasks), reads the live and
 rebuilt files and classifies each.
 
-ConsumeQueues (LMQ queues included) go through udfs.audit.audit_queue; BatchConsumeQueues (5.0+, 46-byte
+ConsumeQueues (LMQ queues included) go through udfs.audit_tasks.audit_queue; BatchConsumeQueues (5.0+, 46-byte
 units in batchconsumequeue/) through udfs.audit_batch.audit_batch_queue. Both are listed by one lister
-(jobs.pipeline.listing.list_queues over their storelib.consumequeue.QueueFormat).
+(jobs.pipeline.listing.list_queues over their storelib.formats.consumequeue.QueueFormat).
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Found
 from jobs.pipeline.listing import list_queues
 from jobs.pipeline.tasks import run_packed
-from storelib.audit import queue_repairs
-from storelib.batchcq import BATCH_CONSUME_QUEUE
-from storelib.config import BrokerConfig
+from storelib.audit.scope import queue_repairs
+from storelib.broker.config import BrokerConfig
 from storelib.constants import CQ_STORE_UNIT_SIZE
-from storelib.consumequeue import CONSUME_QUEUE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
+from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
+from storelib.formats.consumequeue import CONSUME_QUEUE
+from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
 from storelib.layout import CONSUMEQUEUE, queue_dir
-from storelib.plan import Step
-from storelib.report import QueueRow
-from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, ROCKSDB_FILE, as_queue_files, is_rocksdb, read_units
-from udfs.audit import QueueTask, audit_queue
+from storelib.reports.plan import Step
+from storelib.reports.report import QueueRow
 from udfs.audit_batch import audit_batch_queue
+from udfs.audit_tasks import QueueTask, audit_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_flow import Audit
 
 
 def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
@@ -43,7 +43,8 @@ def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
 
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
     the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
-    task (storelib.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store. Under
+    task (storelib.formats.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
+    Under
     ``storeType=default`` (rolled back) a RocksDB is not what the broker reads: its file queues are audited, and
     ``cq-rolled-back-rocksdb`` says so.
     """

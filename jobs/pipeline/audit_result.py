@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from jobs.pipeline.audit_queues import stopping_queues
 from jobs.pipeline.context import Found
-from storelib.audit import Scope
-from storelib.config import BrokerConfig
+from storelib.audit.scope import Scope
+from storelib.broker.config import BrokerConfig
+from storelib.broker.segments import messages_from
 from storelib.findings import Finding
-from storelib.plan import Step, recover_plan
-from storelib.report import (
+from storelib.reports.plan import Step, recover_plan
+from storelib.reports.report import (
     AuditReport,
     AuditRun,
     AuditSummary,
@@ -27,12 +28,11 @@ from storelib.report import (
     audit_summary,
     sorted_findings,
 )
-from storelib.segments import messages_from
-from storelib.verdict import verdict
-from udfs.audit import IndexPosition
+from storelib.reports.verdict import verdict
+from udfs.audit_tasks import IndexPosition
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit import Audit
+    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
 
 #: the verb's history table: given what it keeps of the finished run, appends it, says where (report.json's

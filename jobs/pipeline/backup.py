@@ -17,7 +17,7 @@ from jobs.pipeline.listing import check_outside_store, real_path
 from jobs.pipeline.liveness import local_path
 from storelib.errors import BadInput, Refused
 from storelib.layout import inside
-from storelib.plan import ACTIONS, Step
+from storelib.reports.plan import ACTIONS, Step
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "rmqstore-recover-backup/1"

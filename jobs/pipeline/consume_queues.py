@@ -12,9 +12,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, spark_schema
-from storelib.dispatch import LMQ_PREFIX
+from storelib.broker.dispatch import LMQ_PREFIX
 from storelib.findings import Finding
-from storelib.report import QueueRecord
+from storelib.reports.report import QueueRecord
 from udfs.fs import join, resolve
 from udfs.schema import QUEUE_SUMMARY_SCHEMA
 from udfs.write import consume_queue_writer

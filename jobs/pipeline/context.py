@@ -15,10 +15,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
+from storelib.broker.versions import BrokerRules
 from storelib.findings import Finding
-from storelib.plan import Step
-from storelib.versions import BrokerRules
+from storelib.reports.plan import Step
 from udfs.fs import resolve
 
 

@@ -14,13 +14,13 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
 from jobs.pipeline.tasks import run_packed
+from storelib.broker.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
 from storelib.constants import INDEX_ENTRY_SIZE
 from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
-from storelib.indexfile import IndexHeader, IndexPlan, entries_per_file, index_file_plans, needs_empty_tail_file
+from storelib.formats.indexfile import IndexHeader, IndexPlan, entries_per_file, index_file_plans, needs_empty_tail_file
 from storelib.layout import COMMITLOG, deterministic_index_names
-from storelib.report import IndexFileRecord
-from storelib.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
+from storelib.reports.report import IndexFileRecord
 from udfs.fs import join, resolve
 from udfs.schema import INDEX_ENTRY_DTYPE
 from udfs.write import build_index_file, index_part_name, write_index_file

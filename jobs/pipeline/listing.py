@@ -12,10 +12,11 @@ from collections.abc import Mapping
 import pyarrow.fs as pafs
 
 from jobs.pipeline.liveness import lock_held
-from storelib.config import BrokerConfig, load_store_config
-from storelib.consumequeue import CONSUME_QUEUE, QueueFormat
+from storelib.broker.config import BrokerConfig, load_store_config
+from storelib.broker.segments import ListedFile
 from storelib.errors import BadInput
 from storelib.findings import Finding, finding
+from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFormat
 from storelib.layout import (
     COMMITLOG,
     INDEX,
@@ -26,7 +27,6 @@ from storelib.layout import (
     parse_queue_id,
     segment_dirs,
 )
-from storelib.segments import ListedFile
 from udfs.fs import join, list_files, resolve
 
 

@@ -12,10 +12,10 @@ import pyarrow.fs as pafs
 
 from jobs.pipeline.listing import check_outside_store
 from jobs.pipeline.store_rules import read_at
-from storelib.checkpoint import Checkpoint
 from storelib.errors import BadInput
+from storelib.formats.checkpoint import Checkpoint
 from storelib.layout import CHECKPOINT, CONSUMEQUEUE, INDEX
-from storelib.report import REBUILD_REPORT, IndexFileRecord
+from storelib.reports.report import REBUILD_REPORT, IndexFileRecord
 from udfs.fs import delete_tree, join, resolve
 
 

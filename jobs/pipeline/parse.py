@@ -1,6 +1,6 @@
-"""The parse stage on the driver: the segments' tasks (storelib.segments.plan_parse_tasks: consecutive small
+"""The parse stage on the driver: the segments' tasks (storelib.broker.segments.plan_parse_tasks: consecutive small
 segments, or one byte range of a big one) run on executors (udfs.parse), and what they leave in the scratch
-directory read back: each piece's summary, merged into its segment's (storelib.segments.merge_pieces), or
+directory read back: each piece's summary, merged into its segment's (storelib.broker.segments.merge_pieces), or
 RangesDisagree when a segment's ranges do not meet and it must be parsed whole.
 """
 
@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Run, numbered_tasks, spark_schema
 from jobs.pipeline.progress import Progress
 from jobs.pipeline.tasks import parse_task_bytes
-from storelib.segments import (
+from storelib.broker.segments import (
     Piece,
     PieceSummary,
     Segment,
@@ -64,7 +64,7 @@ def scan_segments(run: Run, segments: list[Segment], scratch: str) -> dict[str, 
 
 
 class RangesDisagree(Exception):
-    """The byte ranges of these segments did not meet (storelib.segments.merge_pieces): parse them whole."""
+    """The byte ranges of these segments did not meet (storelib.broker.segments.merge_pieces): parse them whole."""
 
     def __init__(self, segments: frozenset[str]) -> None:
         super().__init__(f"the byte ranges of {len(segments)} segment(s) did not meet: {', '.join(sorted(segments))}")

@@ -1,7 +1,7 @@
 """The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
 RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
-from the store's clues: storelib.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are settled
-after the parse by what it counted (``settle_rules``).
+from the store's clues: storelib.broker.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are
+settled after the parse by what it counted (``settle_rules``).
 """
 
 from __future__ import annotations
@@ -16,17 +16,10 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
-from storelib.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
-from storelib.config import BrokerConfig, batch_cq_topics
-from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
-from storelib.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.errors import ConfigError, StoreFormatError
-from storelib.indexfile import IndexFileReader, IndexHeader, key_hash_of
-from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
-from storelib.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
-from storelib.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
-from storelib.segments import Segment, SegmentSummary, by_stretch
-from storelib.versions import (
+from storelib.broker.config import BrokerConfig, batch_cq_topics
+from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.segments import Segment, SegmentSummary, by_stretch
+from storelib.broker.versions import (
     CONFIG_JSON,
     DEFAULT_RELEASE,
     BrokerRules,
@@ -38,6 +31,13 @@ from storelib.versions import (
     record_clues,
     select_stretches,
 )
+from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
+from storelib.errors import ConfigError, StoreFormatError
+from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
+from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from udfs.fs import join, map_file, read_file, resolve
 
 #: the property an append gives LMQ records (whose source topics tell which releases can have written them)
@@ -71,10 +71,10 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     Store type: the config's ``storeType`` when it sets one (``default`` on a RocksDB store: rolled back to file
     ConsumeQueues, which the broker then rebuilds from the commitlog), else ``defaultRocksDB`` when a RocksDB is in
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
-    holds (storelib.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
+    holds (storelib.formats.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
     a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
-    ``--broker-version`` when given, else what the store's clues say (storelib.versions.select).
+    ``--broker-version`` when given, else what the store's clues say (storelib.broker.versions.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -114,13 +114,13 @@ HEAD_BYTES = 64 << 10
 
 def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
     """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
-    upgrade, storelib.versions.Stretch), oldest first, told by the broker-encoded records
-    (storelib.versions.broker_encoded): each segment's first one, then, where two segments differ, every record of
-    the earlier segment (the active segment is read whole: a release may have started since its first record). The
-    later release starts at the first of the records, up to its first broker-encoded one, that all end as its own
-    do (a 4.x broker keeps a client's string as sent: the records in between need not tell). With the source
-    topics of the records with LMQ offsets read in each stretch. Broker-encoded records of both kinds interleaved in
-    one segment cannot be told apart: refused (give --broker-version)."""
+    upgrade, storelib.broker.versions.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
+    each segment's first one, then, where two segments differ, every record of the earlier segment (the active
+    segment is read whole: a release may have started since its first record). The later release starts at the
+    first of the records, up to its first broker-encoded one, that all end as its own do (a 4.x broker keeps a
+    client's string as sent: the records in between need not tell). With the source topics of the records with LMQ
+    offsets read in each stretch. Broker-encoded records of both kinds interleaved in one segment cannot be told
+    apart: refused (give --broker-version)."""
     read = {seg.name: _fingerprints(fs, seg, HEAD_BYTES) for seg in segments}
     if segments:
         read[segments[-1].name] = _fingerprints(fs, segments[-1], segments[-1].size)
@@ -281,7 +281,7 @@ def _slot_counts(
     fs: pafs.FileSystem, index: list[str], headers: list[IndexHeader], cfg: BrokerConfig
 ) -> tuple[tuple[str, int, int, int], ...]:
     """(name, hashSlotCount, puts, occupied slots) of the first live IndexFile whose puts (indexCount - 1) are more
-    than its occupied slots: what tells a release that counts every put (storelib.versions._slot_count_clues)."""
+    than its occupied slots: what tells a release that counts every put (storelib.broker.versions._slot_count_clues)."""
     for path, h in zip(index, headers):
         slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
         occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1

@@ -24,12 +24,12 @@ from jobs.pipeline.backup import (
 )
 from jobs.pipeline.durable import TMP_DIR, Piece, fsync_dir, rename_into, write_tmp
 from jobs.pipeline.liveness import local_path
-from storelib.checkpoint import Checkpoint
-from storelib.config import BrokerConfig
+from storelib.broker.config import BrokerConfig
 from storelib.constants import CHECKPOINT_SIZE
 from storelib.errors import Refused, RmqStoreError
+from storelib.formats.checkpoint import Checkpoint
 from storelib.layout import CHECKPOINT, inside
-from storelib.plan import Step
+from storelib.reports.plan import Step
 from udfs.fs import join, read_file, resolve
 
 #: free space recover keeps in hand beyond what its files need (manifest, directories, metadata)

@@ -1,7 +1,7 @@
 """The audit's files: report.json and a self-contained report.html (inline CSS and SVG; its charts are
 jobs.report.charts, the console summary jobs.report.console).
 
-Both start with the verdict (storelib.verdict): what the broker does with the store if started now, one line per
+Both start with the verdict (storelib.reports.verdict): what the broker does with the store if started now, one line per
 damaged area, and the exact recover command. The page is jobs/report/templates/report.html, rendered with autoescaping:
 every value taken from the store is escaped.
 """
@@ -18,8 +18,8 @@ from markupsafe import Markup, escape
 from jobs.report.charts import CHART_WIDTH, COLORS, LOST, commitlog_chart, queue_chart
 from jobs.report.console import scope_lines
 from storelib.findings import KINDS
-from storelib.report import AuditReport, SettingsRecord
-from storelib.verdict import human_bytes, plural, report_verdict
+from storelib.reports.report import AuditReport, SettingsRecord
+from storelib.reports.verdict import human_bytes, plural, report_verdict
 from udfs.fs import join, resolve, write_file
 
 BROKER_CLASS = {"start": "ok", "truncate": "error", "refuse": "error", "unknown": "warning"}

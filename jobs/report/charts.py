@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from storelib.broker.restart import SegmentFacts
 from storelib.findings import SEVERITIES, Finding
 from storelib.layout import COMMITLOG
-from storelib.report import AuditReport
-from storelib.restart import SegmentFacts
-from storelib.verdict import human_bytes, plural, report_verdict
+from storelib.reports.report import AuditReport
+from storelib.reports.verdict import human_bytes, plural, report_verdict
 
 COLORS = {"error": "#c62828", "warning": "#e65100", "info": "#1565c0", "ok": "#2e7d32"}
 LOST = "#ef9a9a"  # the commitlog range a start would truncate, the queue range ConsumeQueue.recover drops

@@ -1,11 +1,11 @@
-"""The audit's console output: the verdict (storelib.verdict) for a terminal, the worst findings, what the run did
-not audit, and one summary line."""
+"""The audit's console output: the verdict (storelib.reports.verdict) for a terminal, the worst findings, what the
+run did not audit, and one summary line."""
 
 from __future__ import annotations
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
-from storelib.report import AuditReport
-from storelib.verdict import plural, report_verdict
+from storelib.reports.report import AuditReport
+from storelib.reports.verdict import plural, report_verdict
 
 
 def scope_lines(report: AuditReport) -> list[str]:

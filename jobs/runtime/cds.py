@@ -96,9 +96,9 @@ def make_archive(archive: Path) -> None:
     from pyspark import SparkContext
 
     from jobs.pipeline.context import Run
-    from jobs.pipeline.rebuild import rebuild
+    from jobs.pipeline.rebuild_flow import rebuild
     from jobs.runtime.session import spark_session
-    from storelib.config import load_broker_config
+    from storelib.broker.config import load_broker_config
 
     archive.parent.mkdir(parents=True, exist_ok=True)
     cli = str(Path(sys.executable).with_name("rmqstore"))

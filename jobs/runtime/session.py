@@ -25,7 +25,7 @@ from typing import Any
 
 from jobs.runtime.cds import archive_option
 from jobs.runtime.jars import ALL_JARS, JarNeeds, jar_defaults
-from storelib.config import parse_properties
+from storelib.broker.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
 
@@ -52,7 +52,7 @@ LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 def read_properties(path: Path) -> dict[str, str]:
     """A spark-defaults style file as Spark reads it (``Utils.getPropertiesFromFile``): Java ``Properties.load``
-    over UTF-8 text (storelib.config.parse_properties), values trimmed."""
+    over UTF-8 text (storelib.broker.config.parse_properties), values trimmed."""
     props = parse_properties(path.read_text(encoding="utf-8"), str(path))
     return {k: v.strip() for k, v in props.items()}
 

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from jobs.tables.delta import append_rows, read_delta, table_exists, table_history
-from storelib.audit import CleanRun
+from storelib.audit.scope import CleanRun
 from storelib.errors import EXIT_OK
 from storelib.findings import Finding
 

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storelib.config import OLD_NAMES, read_properties  # read_properties: a broker.conf as the broker reads it
+from storelib.broker.config import OLD_NAMES, read_properties  # read_properties: a broker.conf as the broker reads it
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
 
 # broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1, and client
 # 4.9.7: the 4.9.8 client talks to every 4.x broker). One release of each line and the release on each side of every
-# row of storelib.versions' release table (tests/broker/FACTS.md, "Release by release").
+# row of storelib.broker.versions' release table (tests/broker/FACTS.md, "Release by release").
 VERSIONS = {
     **{v: "4.9.8" for v in ("4.3.2", "4.5.2", "4.7.0", "4.7.1", "4.8.0", "4.9.0", "4.9.1", "4.9.2", "4.9.3", "4.9.7")},
     **{v: v for v in ("5.0.0", "5.1.0", "5.1.1", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3")},
@@ -414,7 +414,7 @@ def store_settings(version: str, variant: str) -> dict[str, str]:
     if version not in versions:
         raise HarnessError(f"variant {variant} is for {', '.join(versions)}, not {version}")
     settings = {**STORE_SETTINGS, **extra}
-    if release(version) < (4, 5, 0):  # MessageStoreConfig.setMapedFileSize* (storelib.config.OLD_NAMES)
+    if release(version) < (4, 5, 0):  # MessageStoreConfig.setMapedFileSize* (storelib.broker.config.OLD_NAMES)
         old = {new: name for name, new in OLD_NAMES.items()}
         settings = {old.get(k, k): v for k, v in settings.items()}
     return settings

@@ -1,0 +1,223 @@
+"""ConsumeQueue files: 20-byte units (commitlog offset i64, size i32, tagsCode i64).
+
+Entry ``n`` lives at logical byte offset ``n * 20``, in the file named
+``floor(n*20 / fileSize) * fileSize`` (20 digits), at position ``n*20 % fileSize``.
+"Pre-blank: when a queue's first file is created for an entry n > 0, every unit from the
+file's start up to entry n is a BLANK unit: offset 0, size 0x7fffffff, tagsCode 0."
+Files are always full size, zero-filled after the last entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from storelib.layout import CONSUMEQUEUE, offset_file_name, queue_dir
+
+if TYPE_CHECKING:
+    from storelib.broker.config import BrokerConfig
+
+UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
+
+
+def encode_units(offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) -> bytes:
+    units = np.empty(len(offsets), dtype=UNIT_DTYPE)
+    units["offset"] = offsets
+    units["size"] = sizes
+    units["tags_code"] = tags_codes
+    return units.tobytes()
+
+
+def decode_units(data: bytes | memoryview) -> np.ndarray:
+    """Whole units of ``data`` as a structured array (offset, size, tags_code); a partial unit is ignored."""
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    return np.frombuffer(data, dtype=UNIT_DTYPE, count=n)
+
+
+def file_start(queue_offset: int, file_size: int) -> int:
+    """Logical byte offset (= name) of the file holding entry ``queue_offset``."""
+    return queue_offset * CQ_STORE_UNIT_SIZE // file_size * file_size
+
+
+def is_pre_blank(units: np.ndarray) -> np.ndarray:
+    """Which units are pre-blank units (offset 0, size Integer.MAX_VALUE, tagsCode 0, as ``fillPreBlank`` writes)."""
+    return (units["offset"] == 0) & (units["size"] == CQ_BLANK_SIZE) & (units["tags_code"] == 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueFormat:
+    """One kind of consume queue's files: ``<dir>/<topic>/<queueId>/<20-digit start byte>``, each
+    ``file_size(cfg)`` bytes of fixed-size units; its recover keeps the units while the ``at_least_zero`` fields
+    are >= 0 and the ``above_zero`` fields > 0."""
+
+    name: str  # the broker's class
+    dir: str  # the store directory holding the queues
+    unit: np.dtype  # one unit as on disk
+    decode: Callable[[bytes | memoryview], np.ndarray]  # whole units of a file's bytes
+    size_setting: str  # the broker setting giving the file size in bytes
+    at_least_zero: tuple[str, ...]
+    above_zero: tuple[str, ...]
+    queue_offset: str | None  # the unit field holding its queue offset (None: its position in the queue)
+    pre_blank: bool  # a queue's first file may start with pre-blank units before its first entry
+
+    @property
+    def unit_size(self) -> int:
+        return self.unit.itemsize
+
+    def file_size(self, cfg: BrokerConfig) -> int:
+        return int(getattr(cfg, self.size_setting))
+
+    def queue_dir(self, topic: str, queue_id: int) -> str:
+        """The store-relative directory of a queue (storelib.layout.queue_dir: a hostile name raises)."""
+        return queue_dir(topic, queue_id, self.dir)
+
+    def valid(self, units: np.ndarray) -> np.ndarray:
+        """Per unit: whether its recover keeps it (a pre-blank unit passes: its size is positive)."""
+        ok = np.ones(len(units), dtype=bool)
+        for field in self.at_least_zero:
+            ok &= units[field] >= 0
+        for field in self.above_zero:
+            ok &= units[field] > 0
+        return ok
+
+    def valid_prefix(self, units: np.ndarray) -> int:
+        """How many units its recover keeps: up to the first one that is not valid."""
+        bad = np.flatnonzero(~self.valid(units))
+        return int(bad[0]) if len(bad) else len(units)
+
+
+#: ``ConsumeQueue``: ``ConsumeQueue.recover`` keeps units while ``offset >= 0 and size > 0``
+CONSUME_QUEUE = QueueFormat(
+    "ConsumeQueue", CONSUMEQUEUE, UNIT_DTYPE, decode_units, "cq_file_size", ("offset",), ("size",), None, True
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueFinding:
+    """Something wrong with the records of one queue (duplicate or missing queue offsets)."""
+
+    kind: str  # "duplicate-queue-offset" or "queue-offset-gap"
+    queue_offset: int
+    count: int
+    commitlog_offset: int
+
+
+@dataclasses.dataclass
+class QueueFiles:
+    """Builds one queue's files from entries ordered by queue offset, one full file at a time."""
+
+    file_size: int
+    findings: list[QueueFinding] = dataclasses.field(default_factory=list)
+    entries: int = 0
+    min_offset: int | None = None  # first queue offset written
+    next_offset: int | None = None  # one past the last queue offset written
+    files: int = 0
+    _buf: bytearray | None = None
+    _buf_start: int = 0
+
+    def add(
+        self, queue_offsets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray
+    ) -> Iterator[tuple[str, bytes]]:
+        """Take the next entries (ascending queue offsets); yield every file they complete."""
+        qo = np.asarray(queue_offsets, dtype=np.int64)
+        if len(qo) == 0:
+            return
+        # duplicates: an entry at or below the last written offset is dropped, as the broker does
+        prev = np.concatenate(([self.next_offset - 1 if self.next_offset is not None else -1], qo[:-1]))
+        dup = qo <= prev
+        for i in np.flatnonzero(dup):
+            self.findings.append(QueueFinding("duplicate-queue-offset", int(qo[i]), 1, int(offsets[i])))
+        if dup.any():
+            keep = ~dup
+            qo, offsets, sizes, tags_codes = qo[keep], offsets[keep], sizes[keep], tags_codes[keep]
+            if len(qo) == 0:
+                return
+        expected = np.concatenate(([self.next_offset if self.next_offset is not None else qo[0]], qo[:-1] + 1))
+        for i in np.flatnonzero(qo != expected):
+            self.findings.append(
+                QueueFinding("queue-offset-gap", int(expected[i]), int(qo[i] - expected[i]), int(offsets[i]))
+            )
+        data = np.frombuffer(encode_units(offsets, sizes, tags_codes), dtype=np.uint8).reshape(-1, 20)
+        if self.min_offset is None:
+            self.min_offset = int(qo[0])
+            self._open(file_start(int(qo[0]), self.file_size), pre_blank_until=int(qo[0]))
+        elif self._buf is None:  # add_run emitted a file that ended exactly at its end
+            self._open(file_start(int(qo[0]), self.file_size), pre_blank_until=None)
+        pos = qo * CQ_STORE_UNIT_SIZE
+        i = 0
+        while i < len(qo):
+            end_of_file = self._buf_start + self.file_size
+            j = i + int(np.searchsorted(pos[i:], end_of_file))
+            if j > i:
+                rel = pos[i:j] - self._buf_start
+                if rel[-1] - rel[0] == (j - 1 - i) * CQ_STORE_UNIT_SIZE:  # consecutive: one copy
+                    self._buf[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
+                else:
+                    view = np.frombuffer(self._buf, dtype=np.uint8)
+                    view[(rel[:, None] + np.arange(CQ_STORE_UNIT_SIZE)).ravel()] = data[i:j].ravel()
+                i = j
+            if i < len(qo):
+                yield from self._emit()
+                self._open(file_start(int(qo[i]), self.file_size), pre_blank_until=None)
+        self.entries += len(qo)
+        self.next_offset = int(qo[-1]) + 1
+
+    def add_run(self, first_queue_offset: int, units: bytes) -> Iterator[tuple[str, bytes]]:
+        """Take encoded units for consecutive queue offsets from ``first_queue_offset``; yield completed files.
+
+        The common case (the run continues the queue) is copied as is; anything else goes through ``add``.
+        """
+        n = len(units) // CQ_STORE_UNIT_SIZE
+        if n == 0:
+            return
+        if self.next_offset != first_queue_offset:
+            u = decode_units(units)
+            qo = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+            yield from self.add(qo, u["offset"], u["size"], u["tags_code"])
+            return
+        pos = first_queue_offset * CQ_STORE_UNIT_SIZE
+        done = 0
+        while done < len(units):
+            if self._buf is None:
+                self._open(file_start((pos + done) // CQ_STORE_UNIT_SIZE, self.file_size), pre_blank_until=None)
+            rel = pos + done - self._buf_start
+            take = min(len(units) - done, self.file_size - rel)
+            self._buf[rel : rel + take] = units[done : done + take]
+            done += take
+            if rel + take == self.file_size:
+                yield from self._emit()
+        self.entries += n
+        self.next_offset = first_queue_offset + n
+
+    def _open(self, start: int, pre_blank_until: int | None) -> None:
+        self._buf = bytearray(self.file_size)
+        self._buf_start = start
+        if pre_blank_until:
+            n = pre_blank_until - start // CQ_STORE_UNIT_SIZE
+            self._buf[: n * CQ_STORE_UNIT_SIZE] = encode_units(
+                np.zeros(n, np.int64), np.full(n, CQ_BLANK_SIZE, np.int32), np.zeros(n, np.int64)
+            )
+
+    def _emit(self) -> Iterator[tuple[str, bytes]]:
+        if self._buf is not None:
+            self.files += 1
+            yield offset_file_name(self._buf_start), bytes(self._buf)
+            self._buf = None
+
+    def finish(self) -> Iterator[tuple[str, bytes]]:
+        """Yield the last, partly filled file."""
+        yield from self._emit()
+
+
+def build_queue_files(entries: Iterable[tuple[int, int, int, int]], file_size: int) -> list[tuple[str, bytes]]:
+    """All files of one queue from (queue offset, commitlog offset, size, tagsCode) tuples, in order."""
+    rows = np.array(list(entries), dtype=np.int64).reshape(-1, 4)
+    q = QueueFiles(file_size)
+    out = list(q.add(rows[:, 0], rows[:, 1], rows[:, 2].astype(np.int32), rows[:, 3]))
+    out.extend(q.finish())
+    return out
