@@ -20,7 +20,7 @@ from storelib.broker.config import load_broker_config
 from storelib.broker.versions import StoreFacts, config_keys, parse_version, record_clues, releases
 from storelib.errors import ConfigError
 from storelib.formats.commitlog import format_properties
-from tests.broker.harness import SEEDS, VARIANTS, VERSIONS, build_store, java_available
+from tests.broker.harness import CORE_VERSIONS, SEEDS, VARIANTS, VERSIONS, build_store, java_available
 from tests.builders import batch_of, msg
 
 LOST = ("index", "consumequeue", "batchconsumequeue", "checkpoint")
@@ -134,9 +134,11 @@ def test_repeated_property_names_are_before_5_4() -> None:
 # --- the real broker's stores ------------------------------------------------------------------------------
 
 
-def _stores() -> list[tuple[str, str, int]]:
+def _stores() -> list:
+    """Every harness store; releases outside CORE_VERSIONS marked ``matrix`` (make test-matrix)."""
     out = [(v, variant, 7) for variant, (_, versions) in VARIANTS.items() for v in VERSIONS if v in versions]
-    return out + [(v, "default", s) for v in VERSIONS for s in SEEDS if s != 7]
+    out += [(v, "default", s) for v in VERSIONS for s in SEEDS if s != 7]
+    return [pytest.param(*x, marks=[] if x[0] in CORE_VERSIONS else [pytest.mark.matrix]) for x in out]
 
 
 def _link_or_copy(src: str, dst: str) -> None:
