@@ -12,7 +12,7 @@ STEP := bash conf/step.sh
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_GET := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q
 
-.PHONY: base setup java jars cds chromium run test test-quick lint bench dist clean
+.PHONY: base setup java jars cds chromium run test test-quick test-matrix lint bench dist clean
 
 # base: what the jobs need (make run); setup adds the browser the report test renders in (make test)
 base: $(STAMP) java jars cds
@@ -69,7 +69,11 @@ TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: setup
-	$(PYTEST)
+	$(PYTEST) -m "not matrix"
+
+# Every release line's real-broker store (tests/test_release_matrix.py; a first run writes ~20 stores, 2-4 min each).
+test-matrix: base
+	$(PYTEST) -m matrix
 
 # The quick subset: no real brokers, standalone cluster, S3 server or browser.
 test-quick: base

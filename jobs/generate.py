@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jobs.cli import add_broker_config, broker_config
 from storelib.broker.config import BrokerConfig, broker_config_from_properties
-from storelib.broker.versions import rules_for
+from storelib.broker.versions import DEFAULT_RELEASE, rules_for
 from storelib.errors import EXIT_OK, BadInput, ConfigError, Refused
 from storelib.synthetic.generator import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
 
@@ -145,8 +145,8 @@ def summary_line(out: str, s: GenerateSummary) -> str:
     )
 
 
-#: the rule set of the stores the generator writes (storelib.synthetic.generator: 4.9.x record and dispatch rules)
-GENERATED_RULES = "4.9"
+#: the rule set of the stores the generator writes (storelib.synthetic.generator: 4.9.8 record and dispatch rules)
+GENERATED_RULES = rules_for(DEFAULT_RELEASE).name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     preset = PRESETS[args.preset]
     cfg = broker_config(args) if args.broker_config else broker_config_from_properties(preset.broker)
     if args.broker_version and rules_for(args.broker_version).name != GENERATED_RULES:
-        raise ConfigError(f"the generator writes 4.9.x stores: --broker-version {args.broker_version} is not one")
+        raise ConfigError(
+            f"the generator writes 4.9.x stores (4.9.3 on): --broker-version {args.broker_version} is not one"
+        )
     try:
         spec = spec_from_args(args)
     except ValueError as exc:

@@ -164,7 +164,7 @@ class ReferenceIndexFile:
 
     def __init__(self, cfg: BrokerConfig, end_phy_offset: int, end_timestamp: int) -> None:
         self.slot_num, self.index_num = cfg.maxHashSlotNum, cfg.maxIndexNum
-        self.every_put = cfg.hashSlotCountRule == "every-put"
+        self.every_put = cfg.hash_slot_every_put
         self.buf = bytearray(40 + self.slot_num * 4 + self.index_num * 20)
         self.begin_phy = self.end_phy = end_phy_offset if end_phy_offset > 0 else 0
         self.begin_ts = self.end_ts = end_timestamp if end_timestamp > 0 else 0

@@ -123,7 +123,10 @@ def test_summary_and_index_entries_left_in_scratch(segment: Segment, tmp_path: P
         worker_peak_rss=0,
         fingerprint="",
         damage=(),
-        rule_inputs=RuleInputs(sum(1 for r in records if r.sys_flag & 0xC != 0xC and r.properties.get("TAGS"))),
+        rule_inputs=RuleInputs(
+            tagged_index_records=sum(1 for r in records if r.sys_flag & 0xC != 0xC and r.properties.get("TAGS")),
+            index_records=sum(1 for r in records if r.sys_flag & 0xC != 0xC),
+        ),
     )
     assert summary.worker_peak_rss > 10 << 20 and summary.fingerprint.endswith(f":{len(MESSAGES)}")
 

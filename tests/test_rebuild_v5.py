@@ -18,7 +18,6 @@ from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild_flow import rebuild
 from storelib.broker.config import load_broker_config
-from storelib.errors import AmbiguousRelease
 from storelib.formats.rocksdbcq import unit_key
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEED, SEEDS
@@ -42,7 +41,7 @@ def test_rebuild_of_the_5_5_fixture_is_byte_exact(spark, v5_fixture: Path, tmp_p
     assert queues["%LMQ%room-4", 0].entries == 72
 
 
-DETECTED = {"4.9.7": "4.9", "5.3.3": "5.2", "5.5.0": "5.5"}
+DETECTED = {"4.9.7": "4.9.3", "5.3.3": "5.2", "5.5.0": "5.5"}
 
 
 @pytest.mark.broker
@@ -69,25 +68,19 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
 
 @pytest.mark.broker
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_5_5_store_without_its_index_is_never_given_guessed_rules(spark, tmp_path: Path, seed: int) -> None:
+def test_a_5_5_store_without_its_index_and_config_is_rebuilt_byte_exact(spark, tmp_path: Path, seed: int) -> None:
     """index/ lost from the real 5.5.0 broker's store: config/ still tells 5.5 (detected, byte-exact). index/ and
-    config/ lost: the clues left allow 5.4.0 or later, whose IndexFiles differ for its tagged messages: the rebuild
-    stops and writes nothing; with --broker-version 5.5.0 it is byte-exact."""
+    config/ lost: the clues left allow 5.4.0 or later, whose rows write the same files (the real 5.4.0 broker puts
+    topic#T#<TAGS> too): byte-exact with no flag, and with --broker-version 5.5.0."""
     store = harness_store("5.5.0", "default", seed)
     cfg = load_broker_config(store / "broker.conf")
     for lost in (("index",), ("index", "config")):
         copy = tmp_path / "-".join(lost)
         shutil.copytree(store / "store", copy, ignore=shutil.ignore_patterns(*lost, "lock"))
-        if lost == ("index",):
-            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "detected"))
-            assert_same_index(store / "store", tmp_path / "detected")
-            continue
-        with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
-            rebuild(Run(spark, cfg), str(copy), str(tmp_path / "guessed"))
-        assert e.value.choices == ["5.4.0", "5.5.0"]
-        assert not (tmp_path / "guessed").exists()
-        rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(copy), str(tmp_path / "given"))
-        assert_same_index(store / "store", tmp_path / "given")
+        rebuild(Run(spark, cfg), str(copy), str(tmp_path / f"detected-{len(lost)}"))
+        assert_same_index(store / "store", tmp_path / f"detected-{len(lost)}")
+    rebuild(Run(spark, dataclasses.replace(cfg, brokerVersion="5.5.0")), str(copy), str(tmp_path / "given"))
+    assert_same_index(store / "store", tmp_path / "given")
 
 
 @pytest.mark.broker
@@ -179,3 +172,34 @@ def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> N
     tails = {(f.topic, f.queue_id) for f in result.findings if f.kind == "cq-missing-tail"}
     assert {(t, q) for t, q in tails if not t.startswith("%LMQ%") and t not in batch} == units_short(store / "store")
     assert not {"cq-wrong-entries", "duplicate-queue-offset", "queue-offset-gap"} & kinds
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("version", ["5.5.0", "5.3.3"])
+def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path: Path, version: str) -> None:
+    """4.9.7 wrote the store and stopped cleanly, then the 5.x broker went on writing the same files: each stretch
+    of the commitlog is dispatched by the rules of the release that wrote it (found with no flag), byte-exact, and
+    the audit is clean."""
+    store = harness_store(version, "upgraded")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    assert_same_index(store / "store", out)
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert [s["name"] for s in rules["stretches"]] == ["4.9.3", rules["name"]]
+    assert rules["stretches"][1]["start"] > 0
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+
+
+@pytest.mark.broker
+def test_a_rocksdb_store_with_a_stale_topics_json_needs_no_flag(spark, tmp_path: Path) -> None:
+    """storeType=defaultRocksDB keeps topic configs in config/topics/: the topics.json an operator declared for 4.9
+    (no dataVersion.stateVersion) is a weak clue, set aside, said so; rebuild and audit with no flag, exit 0."""
+    store = harness_store("5.5.0", "rocksdb-stale-topics")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    rebuild(run, str(store / "store"), str(out))
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert rules["name"] == "5.5" and rules["set_aside"], rules
+    assert all(c["weak"] and "topics.json" in c["detail"] for c in rules["set_aside"])
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)

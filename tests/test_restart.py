@@ -39,7 +39,15 @@ def first_ts(i: int) -> int:
 
 @pytest.mark.parametrize(
     ("version", "name"),
-    [("", "4.9"), ("4.9.7", "4.9"), ("5.3.1", "5.0"), ("5.3.2", "5.3.2"), ("5.3.3", "5.3.2"), ("5.5.0", "5.5")],
+    [
+        ("", "4.0"),
+        ("4.3.2", "4.0"),
+        ("4.9.7", "4.0"),
+        ("5.3.1", "5.0"),
+        ("5.3.2", "5.3.2"),
+        ("5.3.3", "5.3.2"),
+        ("5.5.0", "5.5"),
+    ],
 )
 def test_each_release_has_its_recovery_rules(version: str, name: str) -> None:
     assert recovery_rules(version).name == name
@@ -151,8 +159,15 @@ def test_crash_recovery_deletes_index_files_ending_after_index_msg_timestamp() -
 
 def test_the_recovery_rows_a_release_range_meets() -> None:
     from storelib.broker.restart import releases_by_rules
+    from storelib.broker.versions import Releases
 
-    assert releases_by_rules((5, 2, 0), (5, 4, 0)) == ["5.2.0", "5.3.2"]  # a 5.3.3 store's clues after a disaster
-    assert releases_by_rules((5, 5, 0), None) == ["5.5.0"]
-    assert releases_by_rules((4, 9, 0), (5, 0, 0)) == ["4.9.0"]
-    assert releases_by_rules((4, 9, 0), None) == ["4.9.0", "5.0.0", "5.3.2", "5.5.0"]
+    assert releases_by_rules(Releases.between((5, 2, 0), (5, 4, 0))) == ["5.2.0", "5.3.2"]  # a 5.3.3 store's clues
+    assert releases_by_rules(Releases.between((5, 5, 0))) == ["5.5.0"]
+    assert releases_by_rules(Releases.between((4, 9, 0), (5, 0, 0))) == ["4.9.0"]
+    assert releases_by_rules(Releases.between((4, 9, 0))) == ["4.9.0", "5.0.0", "5.3.2", "5.5.0"]
+    assert releases_by_rules(Releases((((4, 0, 0), (4, 9, 1)), ((5, 2, 0), (6, 0, 0))))) == [
+        "4.0.0",
+        "5.2.0",
+        "5.3.2",
+        "5.5.0",
+    ]

@@ -47,22 +47,25 @@ def test_inspect_reports_the_rules_and_settings_it_was_given(store: Path, capsys
     conf = ["--broker-config", str(store / "broker.conf")]
     assert rmqstore_main(["inspect", str(store / "store"), *conf, "--json"]) == 0
     detected = json.loads(capsys.readouterr().out)
-    assert (detected["broker_rules"]["source"], detected["broker_rules"]["name"]) == ("detected", "4.9")
-    assert rmqstore_main(["inspect", str(store / "store"), *conf, "--json", "--broker-version", "5.5.0"]) == 0
+    assert (detected["broker_rules"]["source"], detected["broker_rules"]["name"]) == ("detected", "4.9.1")
+    # read as a 5.5.0 store, the generated store (no config/delayOffset.json beside delivered delay-level messages)
+    # is one whose broker would deliver those messages again: a problem, so exit 1
+    assert rmqstore_main(["inspect", str(store / "store"), *conf, "--json", "--broker-version", "5.5.0"]) == 1
     given = json.loads(capsys.readouterr().out)
+    assert any("schedule-offsets-missing" in p for p in given["problems"])
     assert (given["broker_rules"]["source"], given["broker_rules"]["version"]) == ("--broker-version", "5.5.0")
     rmqstore_main(["inspect", str(store / "store"), "--broker-config", str(store / "other.conf"), "--json"])
     assert json.loads(capsys.readouterr().out)["config"]["mappedFileSizeConsumeQueue"] == 800
     assert rmqstore_main(["inspect", str(store / "store"), *conf]) == 0
-    assert "broker rules 4.9 (detected, releases 4.9.0 up to (not including) 5.2.0)" in capsys.readouterr().out
+    assert "broker rules 4.9.1 (detected, releases 4.9.1 up to 5.2.0; verified by" in capsys.readouterr().out
 
 
 def test_rebuild_writes_what_each_flag_says(store: Path, tmp_path: Path, capsys) -> None:
     conf = ["--store", str(store / "store"), "--broker-config", str(store / "broker.conf")]
     assert rmqstore_main(["rebuild", *conf, "--out", str(tmp_path / "a")]) == 0
-    assert "broker rules 4.9 (detected" in capsys.readouterr().err
+    assert "broker rules 4.9.1 (detected" in capsys.readouterr().err
     assert rmqstore_main(["rebuild", *conf, "--out", str(tmp_path / "b"), "--broker-version", "5.5.0"]) == 0
-    assert "broker rules 5.5 (--broker-version)" in capsys.readouterr().err
+    assert "broker rules 5.5 (--broker-version; verified by the 5.5.0 broker's files)" in capsys.readouterr().err
     assert index_bytes(tmp_path / "a") == index_bytes(store / "store")
     assert index_bytes(tmp_path / "b") != index_bytes(tmp_path / "a")  # topic#T#<TAGS> keys
     other = ["--store", str(store / "store"), "--broker-config", str(store / "other.conf")]
@@ -83,23 +86,28 @@ def test_audit_judges_by_the_given_release(store: Path, tmp_path: Path, capsys) 
     assert rmqstore_main(["audit", *other, "--report", str(tmp_path / "r3")]) == 1  # the live files are 400 bytes
 
 
-def test_recover_never_guesses_the_release_and_honours_the_one_given(v5_fixture: Path, tmp_path: Path, capsys) -> None:
-    """The real 5.5.0 broker's sample store with index/ lost: its clues allow 5.4.0 or later, and 5.5.0 indexes its
-    tagged messages by topic#T#<TAGS> where 5.4 does not: recover refuses and names the release to give."""
+def test_recover_refuses_only_where_the_releases_allowed_differ(v5_fixture: Path, tmp_path: Path, capsys) -> None:
+    """The real 5.5.0 broker's sample store with index/ lost: its clues allow 5.4.0 or later, whose rows write the
+    same IndexFiles (the real 5.4.0 broker puts topic#T#<TAGS> too): recover writes them with no flag. The same
+    store with config/ lost too allows 5.2.0 or later: 5.2 ... 5.3.x write no tag keys: recover refuses, naming one
+    release of each, and leaves the store as it was."""
     lost = tmp_path / "store"
     shutil.copytree(v5_fixture / "clean", lost)
     shutil.rmtree(lost / "index")
     before = tree_digest(lost)
     conf = ["--store", str(lost), "--broker-config", str(v5_fixture / "broker.conf"), "--apply"]
     conf += ["--backup-dir", str(tmp_path / "backup")]
+    shutil.rmtree(lost / "config")
+    before = tree_digest(lost)
     assert rmqstore_main(["recover", *conf]) == 2
     err = capsys.readouterr().err
     assert "cannot tell which broker release wrote it" in err and "topic#T#<TAGS>" in err
+    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.2.0" in err
     assert f"rmqstore recover {' '.join(conf)} --broker-version 5.4.0" in err
-    assert f"rmqstore recover {' '.join(conf)} --broker-version 5.5.0" in err
     assert tree_digest(lost) == before and not (tmp_path / "backup").exists()
-    assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0"]) == 0
-    assert "broker rules 5.5 (--broker-version)" in capsys.readouterr().err
+    shutil.copytree(v5_fixture / "clean" / "config", lost / "config")
+    assert rmqstore_main(["recover", *conf]) == 0
+    assert "broker rules 5.4 (detected, releases 5.4.0 or later; verified by" in capsys.readouterr().err
     assert index_bytes(lost) == index_bytes(v5_fixture / "clean")
 
 

@@ -26,11 +26,13 @@ from storelib.broker.versions import (
     Releases,
     RuleInputs,
     StoreFacts,
+    Stretch,
     differences,
     lmq_writers,
     releases,
     rules_for,
     select,
+    select_stretches,
 )
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
@@ -186,13 +188,25 @@ def test_a_flipped_byte_is_a_crc_property_finding_and_later_records_stay(v5_fixt
 
 @pytest.mark.parametrize(
     ("version", "rule_set"),
-    [("4.9", "4.9"), ("4.9.7", "4.9"), ("5.0.0", "5.0"), ("5.1.1", "5.1.1"), ("5.3.3", "5.2"), ("5.5", "5.5")],
+    [
+        ("4.3", "4.0"),
+        ("4.7.0", "4.0"),
+        ("4.7.1", "4.7.1"),
+        ("4.9", "4.7.1"),
+        ("4.9.2", "4.9.1"),
+        ("4.9.7", "4.9.3"),
+        ("5.0.0", "5.0"),
+        ("5.1.1", "5.1.1"),
+        ("5.3.3", "5.3.2"),
+        ("5.4.0", "5.4"),
+        ("5.5", "5.5"),
+    ],
 )
 def test_a_version_picks_its_rule_set(version: str, rule_set: str) -> None:
     assert rules_for(version).name == rule_set
 
 
-@pytest.mark.parametrize("version", ["4.8.0", "6.0", "five", "5"])
+@pytest.mark.parametrize("version", ["3.2.6", "6.0", "five", "5"])
 def test_an_unsupported_or_unreadable_version_is_refused(version: str) -> None:
     with pytest.raises(ConfigError):
         rules_for(version)
@@ -242,55 +256,58 @@ def detected(facts: StoreFacts) -> str:
 
 def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same_files() -> None:
     rules = select("", StoreFacts())
-    assert (rules.rules.name, rules.settled, rules.source) == ("4.9", False, "detected")
+    assert (rules.rules.name, rules.settled, rules.source) == ("4.0", False, "detected")
     assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
-    assert "no 5.x clue" in rules.why
+    assert "no clue in the store" in rules.why
     assert rules.settle(RuleInputs()).settled
     narrow = select("", StoreFacts(root_entries=frozenset({"rocksdbstore"})))  # 5.4.0 or later
-    with pytest.raises(AmbiguousRelease) as e:
-        narrow.settle(RuleInputs(tagged_index_records=1))
-    assert e.value.choices == ["5.4.0", "5.5.0"]  # the lowest release the clues allow of each rule set
+    assert narrow.settle(RuleInputs(tagged_index_records=1)).settled  # 5.4 and 5.5 write the same files
     with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
         rules.settle(RuleInputs(tagged_index_records=3))
-    assert e.value.choices == ["4.9.0", "5.0.0", "5.1.1", "5.1.2", "5.2.0", "5.5.0"]
+    assert e.value.choices == ["4.0.0", "5.4.0"]  # one release of each rule set that writes other files
     assert e.value.exit_code == 2
 
 
 def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
     assert detected(facts) == "5.2"
-    assert [r.name for r in select("", facts).candidates] == ["5.2"]  # the live index has no tag keys
-    assert [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates] == ["5.2", "5.5"]
-    assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.5"
-    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settled
+    assert [r.name for r in select("", facts).candidates] == ["5.2", "5.3.1", "5.3.2"]  # the live index: no tag keys
+    untold = [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates]
+    assert untold == ["5.2", "5.3.1", "5.3.2", "5.4", "5.5"]
+    assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.4"
+    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settle(RuleInputs(tagged_index_records=4)).settled
     assert detected(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3)) == "5.0"
-    below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: before 5.2
-    assert [r.name for r in below.candidates] == ["4.9", "5.0", "5.1.1", "5.1.2"]
-    assert releases(StoreFacts(props_records=3)).text == "4.9.0 up to (not including) 5.2.0"
+    below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: 4.9.1 up to 5.2
+    assert [r.name for r in below.candidates] == ["4.9.1", "4.9.3", "5.0", "5.1.1", "5.1.2"]
+    assert releases(StoreFacts(props_records=3)).text == "4.9.1 up to 5.2.0"
+    ending = releases(StoreFacts(props_records=3, props_ending_02=3))  # 4.x before 4.9.1 and 5.2 on end with 0x02
+    assert ending.text == "before 4.9.1 or 5.2.0 or later"
 
 
 def test_a_given_release_wins_and_is_settled() -> None:
     rules = select("5.3.3", StoreFacts(props_records=3, props_ending_02=3))
-    assert (rules.rules.name, rules.settled, rules.version) == ("5.2", True, "5.3.3")
+    assert (rules.rules.name, rules.settled, rules.version) == ("5.3.2", True, "5.3.3")
     assert rules.settle(RuleInputs(tagged_index_records=9)) is rules
     assert rules.to_dict()["source"] == "--broker-version"
     assert "WARNING" not in rules.why
     warned = select("5.5.0", StoreFacts(props_records=3))  # its properties do not end with 0x02: before 5.2
-    assert "WARNING: the store's clues allow 4.9.0 up to (not including) 5.2.0" in warned.why
+    assert "WARNING: the store's clues allow 4.9.1 up to 5.2.0" in warned.why
     assert warned.rules.name == "5.5"  # the operator's word wins; the console line and the report say it
 
 
 @pytest.mark.parametrize(
     ("inputs", "differ"),
     [
-        (RuleInputs(tagged_index_records=1), {("5.2", "5.5")}),
-        (RuleInputs(batch_cq_records=1), {("4.9", "5.0")}),
-        (RuleInputs(lmq_sources=(("%RETRY%g", 1),)), {("5.0", "5.1.1")}),
-        (RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 1),)), {("5.1.1", "5.1.2")}),
-        (RuleInputs(lmq_sources=(("rmq_sys_x", 1),)), {("5.1.2", "5.2")}),
-        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_unprefixed_names=1), {("4.9", "5.0")}),
-        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("5.1.1", "5.1.2")}),
-        (RuleInputs(lmq_sources=(("TopicOrders", 2),)), set()),
+        (RuleInputs(tagged_index_records=1), {("5.3.2", "5.4")}),
+        (RuleInputs(index_records=1), {("4.0", "4.7.1")}),
+        (RuleInputs(split_pair_records=1), {("4.7.1", "4.9.1")}),
+        (RuleInputs(batch_cq_records=1), {("4.9.3", "5.0")}),
+        (RuleInputs(lmq_sources=(("%RETRY%g", 1),)), {("4.9.1", "4.9.3"), ("5.0", "5.1.1")}),
+        (RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 1),)), {("4.9.1", "4.9.3"), ("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("rmq_sys_x", 1),)), {("4.9.1", "4.9.3"), ("5.1.2", "5.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_unprefixed_names=1), {("4.9.1", "4.9.3"), ("4.9.3", "5.0")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("4.9.1", "4.9.3"), ("5.1.1", "5.1.2")}),
+        (RuleInputs(lmq_sources=(("TopicOrders", 2),)), {("4.9.1", "4.9.3")}),  # LMQ from 4.9.3 on
         (RuleInputs(lmq_unprefixed_names=1), set()),  # no record multi-dispatched: the names are never read
     ],
 )
@@ -314,7 +331,7 @@ def test_contradicting_clues_are_refused() -> None:
 
 def test_a_4_9_checkpoint_has_no_5_x_fields() -> None:
     cp = (1).to_bytes(8, "big") * 3 + bytes(4096 - 24)
-    assert detected(StoreFacts(checkpoint=cp)) == "4.9"
+    assert detected(StoreFacts(checkpoint=cp)) == "4.0"
     assert detected(StoreFacts(checkpoint=cp[:24] + (7).to_bytes(8, "big") + cp[32:])) == "5.0"
 
 
@@ -476,15 +493,15 @@ def test_5_5_checkpoint_offsets_are_read_from_bytes_24_to_47() -> None:
 @pytest.mark.parametrize(
     ("source", "releases", "writers"),
     [
-        ("SCHEDULE_TOPIC_XXXX", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0", "5.1.1"]),
-        ("SCHEDULE_TOPIC_XXXX", ((5, 2, 0), None), ["5.2"]),  # 5.2.0 … 5.3.0 append them; 5.5.0 does not
+        ("SCHEDULE_TOPIC_XXXX", ((4, 9, 0), (5, 2, 0)), ["4.9.3", "5.0", "5.1.1"]),
+        ("SCHEDULE_TOPIC_XXXX", ((5, 2, 0), None), ["5.2"]),  # 5.2.0 … 5.3.0 append them; 5.3.1 on do not
         ("rmq_sys_wheel_timer", ((5, 5, 0), None), []),
-        ("%RETRY%g", ((4, 9, 0), (5, 2, 0)), ["4.9", "5.0"]),
-        ("TopicOrders", ((4, 9, 0), None), ["4.9", "5.0", "5.1.1", "5.1.2", "5.2", "5.5"]),
+        ("%RETRY%g", ((4, 9, 0), (5, 2, 0)), ["4.9.3", "5.0"]),
+        ("TopicOrders", ((4, 9, 0), None), ["4.9.3", "5.0", "5.1.1", "5.1.2", "5.2", "5.3.1", "5.3.2", "5.4", "5.5"]),
     ],
 )
 def test_only_releases_that_append_lmq_offsets_for_a_source_wrote_them(source, releases, writers) -> None:
-    found = Releases(*releases)
+    found = Releases.between(*releases)
     got, why = lmq_writers(found, RuleInputs(lmq_sources=((source, 3),)))
     assert [r.name for r in got] == writers
     assert bool(why) == (len(writers) < len(found.candidates))
@@ -493,10 +510,48 @@ def test_only_releases_that_append_lmq_offsets_for_a_source_wrote_them(source, r
 def test_a_4_9_store_with_lmq_copies_of_delayed_messages_settles_on_the_rules_that_wrote_them() -> None:
     """The 4.9.7 harness store's shape: properties not ending with 0x02 and LMQ offsets on SCHEDULE_TOPIC_XXXX
     records: 5.1.2 … 5.1.x would not have appended them, and 4.9 … 5.1.1 dispatch these records alike."""
-    rules = select("", StoreFacts(props_records=5))
+    rules = select("", StoreFacts(props_records=5, lmq_sources=("TopicOrders",)))  # the sample met an LMQ record
+    assert rules.rules.name == "4.9.3"  # 4.9.1 and 4.9.2 give no LMQ offsets: they did not write it
     inputs = RuleInputs(tagged_index_records=9, lmq_sources=(("SCHEDULE_TOPIC_XXXX", 3), ("TopicOrders", 90)))
     settled = rules.settle(inputs)
-    assert (settled.rules.name, settled.settled) == ("4.9", True)
-    assert "appended by 4.9.0 up to 5.1.2" in settled.why
+    assert (settled.rules.name, settled.settled) == ("4.9.3", True)
+    assert "appended under rule sets 4.9.3, 5.0, 5.1.1 only" in settled.why
     with pytest.raises(ConfigError, match="contradict"):
         select("", StoreFacts(props_records=5, props_ending_02=5)).settle(RuleInputs(lmq_sources=(("%RETRY%g", 1),)))
+
+
+# --- a store several releases wrote (an in-place upgrade) ---------------------------------------------------
+
+
+def test_each_stretch_of_a_batch_is_dispatched_by_its_release() -> None:
+    cfg = BrokerConfig(brokerVersion="4.9.7", releaseStretches=((1000, "5.5.0"),))
+    parts = cfg.stretch_parts(np.array([0, 500, 1000, 1500], np.int64))
+    assert [(k, lo, hi, c.brokerVersion, c.releaseStretches) for k, lo, hi, c in parts] == [
+        (0, 0, 2, "4.9.7", ()),
+        (1, 2, 4, "5.5.0", ()),
+    ]
+    assert [(k, lo, hi) for k, lo, hi, _ in cfg.stretch_parts(np.array([1200], np.int64))] == [(1, 0, 1)]
+    assert BrokerConfig().stretch_parts(np.array([5], np.int64))[0][:3] == (0, 0, 1)
+
+
+def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> None:
+    """4.9.x records (no 0x02 ending, LMQ offsets on schedule copies), then 5.5.0 ones: the last stretch is told by
+    every clue, the first by its own records, up to the last one's releases; a config/ file without a newer key may
+    be the older release's: weak."""
+    keys = frozenset(f"consumerOffset.json:{k}" for k in ("offsetTable", "dataVersion", "pullOffsetTable"))
+    old = frozenset({"lmqConsumerOffset.json:offsetTable"})  # left by 4.9.x: no dataVersion
+    facts = StoreFacts(config_keys=keys | old, props_records=5, props_ending_02=5)
+    stretches = (Stretch(0, False, ("SCHEDULE_TOPIC_XXXX", "TopicOrders")), Stretch(5000, True))
+    rules = select_stretches("", facts, stretches)
+    assert (rules.rules.name, rules.start, rules.releases.text) == ("5.5", 5000, "5.5.0 or later")
+    assert [c.clue for c in rules.releases.set_aside] == ["config dataVersion", "config pullOffsetTable"]
+    ((start, first),) = rules.earlier
+    assert (start, first.rules.name, first.releases.text) == (0, "4.9.3", "4.9.1 up to 5.2.0")
+    assert rules.stretches == ((5000, "5.5.0"),)
+    assert "from commitlog offset 0: broker rules 4.9.3" in rules.line
+    assert "from commitlog offset 5,000: broker rules 5.5" in rules.line
+    first = first.settle(RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 2), ("TopicOrders", 9))))
+    assert first.settled and rules.settle(RuleInputs(tagged_index_records=4)).settled
+    assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
+    with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
+        select_stretches("", facts, stretches[1:])

@@ -20,7 +20,7 @@ from storelib.broker.config import load_broker_config
 from storelib.broker.versions import StoreFacts, config_keys, parse_version, record_clues, releases
 from storelib.errors import ConfigError
 from storelib.formats.commitlog import format_properties
-from tests.broker.harness import SEEDS, VARIANTS, VERSIONS, build_store, java_available
+from tests.broker.harness import CORE_VERSIONS, SEEDS, VARIANTS, VERSIONS, build_store, java_available
 from tests.builders import batch_of, msg
 
 LOST = ("index", "consumequeue", "batchconsumequeue", "checkpoint")
@@ -50,7 +50,7 @@ def test_config_keys_read_fastjson_files() -> None:
 )
 def test_store_root_entries(entry: str, first: str) -> None:
     assert low(StoreFacts(root_entries=frozenset({entry, "commitlog", "config", "lock"}))) == first
-    assert low(StoreFacts(root_entries=frozenset({"commitlog", "config", "lock"}))) == "4.9.0"
+    assert low(StoreFacts(root_entries=frozenset({"commitlog", "config", "lock"}))) == "4.0.0"
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_a_5_4_system_topic() -> None:
     topics = frozenset({"topics.json:topicConfigTable", "topics.json:topicConfigTable.TBW102"})
     rocksdb_trans = "topics.json:topicConfigTable.RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
     assert low(StoreFacts(config_keys=topics | {rocksdb_trans})) == "5.4.0"
-    assert low(StoreFacts(config_keys=topics)) == "4.9.0"
+    assert low(StoreFacts(config_keys=topics)) == "4.0.0"
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_config_file_schemas(name: str, keys: tuple[str, ...], newer: str, first
 def test_config_files_tell_4_9_from_5_0() -> None:
     """Only commitlog/ and config/ left: 4.9 and 5.0/5.1 dispatch LMQ differently, and are told apart."""
     old = frozenset({"topics.json:dataVersion", "topics.json:dataVersion.counter"})
-    assert [r.name for r in releases(StoreFacts(config_keys=old, props_records=9)).candidates] == ["4.9"]
+    assert [r.name for r in releases(StoreFacts(config_keys=old, props_records=9)).candidates] == ["4.9.1", "4.9.3"]
     new = old | {"topics.json:dataVersion.stateVersion"}
     five = releases(StoreFacts(config_keys=new, props_records=9)).candidates
     assert [r.name for r in five] == ["5.0", "5.1.1", "5.1.2"]
@@ -107,8 +107,8 @@ def test_config_files_tell_4_9_from_5_0() -> None:
 
 
 def test_a_clean_5_5_store_without_index_and_checkpoint_is_5_5() -> None:
-    without = StoreFacts(props_records=4, props_ending_02=4)  # properties end with 0x02: 5.2 or later
-    assert [r.name for r in releases(without).candidates] == ["5.2", "5.5"]
+    without = StoreFacts(props_records=4, props_ending_02=4)  # properties end with 0x02: before 4.9.1, or 5.2 on
+    assert [r.name for r in releases(without).candidates] == ["4.0", "4.7.1", "5.2", "5.3.1", "5.3.2", "5.4", "5.5"]
     facts = dataclasses.replace(
         without,
         config_keys=frozenset(
@@ -134,9 +134,11 @@ def test_repeated_property_names_are_before_5_4() -> None:
 # --- the real broker's stores ------------------------------------------------------------------------------
 
 
-def _stores() -> list[tuple[str, str, int]]:
+def _stores() -> list:
+    """Every harness store; releases outside CORE_VERSIONS marked ``matrix`` (make test-matrix)."""
     out = [(v, variant, 7) for variant, (_, versions) in VARIANTS.items() for v in VERSIONS if v in versions]
-    return out + [(v, "default", s) for v in VERSIONS for s in SEEDS if s != 7]
+    out += [(v, "default", s) for v in VERSIONS for s in SEEDS if s != 7]
+    return [pytest.param(*x, marks=[] if x[0] in CORE_VERSIONS else [pytest.mark.matrix]) for x in out]
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -250,6 +250,7 @@ class _Tally:
         self.columns = [(0, 0)] * len(FINGERPRINT_COLUMNS)  # (crc32, bytes) of each
         self.after: dict[int, int] = {}  # damaged record's offset -> message records at or after it
         self.inputs = RuleInputs()
+        self.stretch_inputs: dict[int, RuleInputs] = {}  # by stretch (BrokerConfig.releaseStretches), when several
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
 
     def add_entries(self, b: RecordBatch) -> None:
@@ -260,14 +261,17 @@ class _Tally:
             self.damage.append(Damage(kind, at, detail))
         self.entries = [self.entries[0] if self.entries else units[0], units[-1]]
 
-    def add(self, b: RecordBatch, d: Dispatch, damaged: list[int], cfg: BrokerConfig) -> None:
-        """Take a batch; ``damaged``: the commitlog offsets of the damaged records found so far."""
+    def add(self, b: RecordBatch, d: Dispatch, damaged: list[int], cfg: BrokerConfig, stretch: int = 0) -> None:
+        """Take a batch (of the stretch ``stretch``); ``damaged``: the commitlog offsets of the damaged records found
+        so far."""
         for k, name in enumerate(FINGERPRINT_COLUMNS):
             data = getattr(d if name in _DISPATCHED else b, name).tobytes()
             crc, size = self.columns[k]
             self.columns[k] = (zlib.crc32(data, crc), size + len(data))
         self.index_entries += len(d.index_key_hash)
-        self.inputs += rule_inputs(d, cfg)
+        inputs = rule_inputs(d, cfg)
+        self.inputs += inputs
+        self.stretch_inputs[stretch] = self.stretch_inputs.get(stretch, RuleInputs()) + inputs
         if self.last_message_offset < 0:
             self.first_ts = int(b.store_timestamp[0])
         self.last_message_offset = int(b.physical_offset[-1])
@@ -328,20 +332,22 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
         try:
             with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
                 scanner = _scan(piece, cfg, stream)
-                for b in scanner or ():
-                    d = dispatch_batch(b, cfg)
-                    if mode == "dispatch":
-                        queued.add(b, d)
-                    else:
-                        yield message_rows(seg.name, b, d)
-                    index_out.write(index_entries(b, d))
-                    found = timer_records(b)
-                    if found is not None:
-                        timers.append(found)
-                    if b.entries is not None:
-                        u.write(b.entries.tobytes())
-                        tally.add_entries(b)
-                    tally.add(b, d, [x.offset for x in scanner.damage], cfg)
+                for whole in scanner or ():
+                    for stretch, lo, hi, c in cfg.stretch_parts(whole.physical_offset):
+                        b = whole if hi - lo == len(whole) else whole.part(lo, hi)
+                        d = dispatch_batch(b, c)
+                        if mode == "dispatch":
+                            queued.add(b, d)
+                        else:
+                            yield message_rows(seg.name, b, d)
+                        index_out.write(index_entries(b, d))
+                        found = timer_records(b)
+                        if found is not None:
+                            timers.append(found)
+                        if b.entries is not None:
+                            u.write(b.entries.tobytes())
+                            tally.add_entries(b)
+                        tally.add(b, d, [x.offset for x in scanner.damage], c, stretch)
             if scanner is not None:
                 end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
@@ -380,6 +386,7 @@ def _piece_summary(
         fingerprint=fingerprint(tally.columns, messages),
         damage=tuple(sorted(damage, key=lambda x: x.commitlog_offset)),
         rule_inputs=tally.inputs,
+        stretch_inputs=tuple(sorted(tally.stretch_inputs.items())) if set(tally.stretch_inputs) - {0} else (),
         **entry_range(tally.entries),
     )
     start = None if scanner is None else piece.segment.start + scanner.start

@@ -70,7 +70,7 @@ def _restarts_if_they_differ(
     if a.rules is None or a.rules.releases is None:
         return {}
     facts, cl_max, found_by = list(log.facts), a.rebuild_report.commitlog.max_offset, {}
-    for v in releases_by_rules(a.rules.releases.low, a.rules.releases.high):
+    for v in releases_by_rules(a.rules.releases):
         cfg = dataclasses.replace(a.cfg, brokerVersion=v)
         found_by[v] = restart_of(facts, found, log.checkpoint, log.abort, cfg, cl_max, cq_max_physic_offset)
     starts = {(r.start_offset, r.truncate_at, r.dispatch_from) for r in found_by.values() if r is not None}

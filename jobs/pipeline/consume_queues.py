@@ -12,6 +12,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, spark_schema
+from storelib.broker.dispatch import LMQ_PREFIX
 from storelib.findings import Finding
 from storelib.reports.report import QueueRecord
 from udfs.fs import join, resolve
@@ -27,7 +28,7 @@ def write_consume_queues(run: Run, runs: Any, staging: str, scratch: str) -> tup
     merges by the bytes the parse produced (one writer task for a nearly empty store).
     """
     written = (
-        appended_at_write_position(runs, run.cfg.appended_topics)
+        appended_at_write_position(runs, run.cfg.appended_topics, run.cfg.appended_lmq)
         .repartition("topic", "queue_id")
         .sortWithinPartitions("topic", "queue_id", "queue_offset")
         .mapInArrow(consume_queue_writer(staging, scratch, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
@@ -42,18 +43,18 @@ def _queue_record(row: Any) -> QueueRecord:
     return QueueRecord(**{**fields, "files": tuple(row.files)})
 
 
-def appended_at_write_position(runs: Any, topics: tuple[str, ...]) -> Any:
+def appended_at_write_position(runs: Any, topics: tuple[str, ...], lmq: bool = False) -> Any:
     """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
-    (BrokerConfig.appended_topics): the queue's first unit stays at its record's queue offset, every later run
-    follows the one before (a run is consecutive units, whose records' queue offsets strictly increase)."""
-    if not topics:
+    (BrokerConfig.appended_topics), and with ``lmq`` every LMQ queue's (BrokerConfig.appended_lmq): the queue's first
+    unit stays at its record's queue offset, every later run follows the one before (a run is consecutive units,
+    whose records' queue offsets strictly increase)."""
+    if not topics and not lmq:
         return runs
     queue = Window.partitionBy("topic", "queue_id")
     before = queue.orderBy("queue_offset").rowsBetween(Window.unboundedPreceding, -1)
     position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
-    return runs.withColumn(
-        "queue_offset", F.when(F.col("topic").isin(*topics), position).otherwise(F.col("queue_offset"))
-    )
+    appended = F.col("topic").isin(*topics) | (F.lit(lmq) & F.col("topic").startswith(LMQ_PREFIX))
+    return runs.withColumn("queue_offset", F.when(appended, position).otherwise(F.col("queue_offset")))
 
 
 def without_segments(

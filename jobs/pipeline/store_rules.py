@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import sys
 from collections.abc import Iterable
 
@@ -17,17 +18,32 @@ import pyarrow.fs as pafs
 from jobs.pipeline.context import Run
 from storelib.broker.config import BrokerConfig, batch_cq_topics
 from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.broker.segments import Segment, SegmentSummary
-from storelib.broker.versions import CONFIG_JSON, BrokerRules, RuleInputs, StoreFacts, config_keys, record_clues, select
-from storelib.errors import StoreFormatError
-from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner
+from storelib.broker.segments import Segment, SegmentSummary, by_stretch
+from storelib.broker.versions import (
+    CONFIG_JSON,
+    DEFAULT_RELEASE,
+    BrokerRules,
+    RuleInputs,
+    StoreFacts,
+    Stretch,
+    broker_encoded,
+    config_keys,
+    record_clues,
+    select_stretches,
+)
+from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
+from storelib.errors import ConfigError, StoreFormatError
+from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
 from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
 from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from udfs.fs import join, map_file, read_file, resolve
 
-#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages
+#: the property an append gives LMQ records (whose source topics tell which releases can have written them)
+LMQ_OFFSET_NAME = b"INNER_MULTI_QUEUE_OFFSET"
+#: detection reads this much of each of at most SAMPLE_SEGMENTS segments, until it has this many tagged messages and
+#: the source topic of a record with LMQ offsets
 SAMPLE_BYTES = 4 << 20
 
 
@@ -44,7 +60,7 @@ def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
         return run.broker_rules[store]
     run.cfg, rules = resolve_rules(store, run.cfg, segments)
     run.broker_rules[store] = rules
-    if run.progress and rules.settled:
+    if run.progress and rules.settled_all:
         print(rules.line, file=sys.stderr)
     return rules
 
@@ -83,16 +99,118 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
         storeType=store_type,
         enableDLegerCommitLog=dledger,
     )
-    rules = select(cfg.brokerVersion, store_facts(fs, root, segments, cfg))
-    return dataclasses.replace(cfg, brokerVersion=cfg.brokerVersion or rules.lowest_release), rules
+    stretches = find_stretches(fs, segments)
+    facts = store_facts(fs, root, segments, cfg, stretches[-1].start if len(stretches) > 1 else None)
+    rules = select_stretches(cfg.brokerVersion, facts, stretches)
+    first = rules.earlier[0][1] if rules.earlier else rules
+    given = first.source == "--broker-version" and first.releases is None
+    version = cfg.brokerVersion if given else first.lowest_release
+    return dataclasses.replace(cfg, brokerVersion=version, releaseStretches=rules.stretches), rules
+
+
+#: how much of each segment's head ``find_stretches`` reads for its first record with properties
+HEAD_BYTES = 64 << 10
+
+
+def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
+    """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
+    upgrade, storelib.broker.versions.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
+    each segment's first one, then, where two segments differ, every record of the earlier segment (the active
+    segment is read whole: a release may have started since its first record). The later release starts at the
+    first of the records, up to its first broker-encoded one, that all end as its own do (a 4.x broker keeps a
+    client's string as sent: the records in between need not tell). With the source topics of the records with LMQ
+    offsets read in each stretch. Broker-encoded records of both kinds interleaved in one segment cannot be told
+    apart: refused (give --broker-version)."""
+    read = {seg.name: _fingerprints(fs, seg, HEAD_BYTES) for seg in segments}
+    if segments:
+        read[segments[-1].name] = _fingerprints(fs, segments[-1], segments[-1].size)
+    heads = [(seg, told[0][1]) for seg in segments if (told := _told(read[seg.name]))]
+    if not heads:
+        return (Stretch(segments[0].start if segments else 0, False, _sources(read, 0, 1 << 63)),)
+    last, tail = segments[-1], _told(read[segments[-1].name])
+    if tail and tail[-1][1] != heads[-1][1]:
+        heads.append((Segment(last.uri, last.name, last.start + last.size, 0), tail[-1][1]))
+    starts, ends = [heads[0][0].start], [heads[0][1]]
+    for (before, a), (after, b) in itertools.pairwise(heads):
+        if a == b:
+            continue
+        if before.name != last.name:
+            read[before.name] = _fingerprints(fs, before, before.size)
+        marks = read[before.name]
+        told = _told(marks)
+        flips = [k for k in range(1, len(told)) if told[k][1] != told[k - 1][1]]
+        if len(flips) > 1 or (flips and told[flips[0]][1] != b):
+            raise ConfigError(
+                f"{before.rel}: broker-written records whose property strings end with 0x02 and records whose do "
+                "not alternate: the releases that wrote the store cannot be told apart: give --broker-version"
+            )
+        starts.append(_first_of_run(marks, told[flips[0]][0], b) if flips else after.start)
+        ends.append(b)
+    bounds = [*starts[1:], 1 << 63]
+    return tuple(Stretch(lo, e, _sources(read, lo, hi)) for lo, e, hi in zip(starts, ends, bounds))
+
+
+Mark = tuple[int, bool | None, bool, str]  # offset, broker-encoded string ends with 0x02 (else None), ends, LMQ source
+
+
+def _first_of_run(marks: list[Mark], first_told: int, ends_02: bool) -> int:
+    """The first record of the run of records ending as ``ends_02`` that reaches the later release's first
+    broker-encoded record (at ``first_told``)."""
+    at = next(k for k, m in enumerate(marks) if m[0] == first_told)
+    while at > 0 and marks[at - 1][2] == ends_02 and marks[at - 1][1] is None:
+        at -= 1
+    return marks[at][0]
+
+
+def _told(marks: list[Mark]) -> list[Mark]:
+    return [m for m in marks if m[1] is not None]
+
+
+def _sources(read: dict[str, list[Mark]], lo: int, hi: int) -> tuple[str, ...]:
+    return tuple(sorted({m[3] for marks in read.values() for m in marks if lo <= m[0] < hi and m[3]}))
+
+
+def _fingerprints(fs: pafs.FileSystem, seg: Segment, size: int) -> list[Mark]:
+    """Each record with properties in the first ``size`` bytes of a segment (streamed): its offset, whether its
+    string ends with 0x02 if broker-encoded (else None) and at all, and its topic if it holds LMQ offsets."""
+    path = _segment_path(seg)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return []
+    with fs.open_input_stream(path) as stream:
+        size = min(size, seg.size)
+        return _scan_fingerprints(SegmentScanner(stream, seg.name, seg.start, size, False, framing=seg.framing))
+
+
+def _scan_fingerprints(scanner: SegmentScanner) -> list[Mark]:
+    out = []
+    for b in scanner:
+        ends = b.buf[b.props_start + b.props_len - 1] == 2
+        lmq = find_properties(b.buf, b.props_start, b.props_len, (PROPERTY_INNER_MULTI_QUEUE_OFFSET,))
+        has_lmq = lmq[PROPERTY_INNER_MULTI_QUEUE_OFFSET][0] >= 0
+        topics, made = b.topic, broker_encoded(b)
+        for i in np.flatnonzero(b.props_len > 0).tolist():
+            end = bool(ends[i])
+            out.append((int(b.physical_offset[i]), end if made[i] else None, end, topics[i] if has_lmq[i] else ""))
+    return out
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
     """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
     they would write different files), said in one console line."""
     rules = run.broker_rules[store]
-    if not rules.settled:
-        rules = run.broker_rules[store] = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+    if not rules.settled_all:
+        summaries = list(summaries)
+        if rules.earlier:  # by stretch; a summary without stretch inputs lies in the first stretch
+            parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
+            inputs = dict(parts)
+            earlier = tuple(
+                (start, r.settle(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
+            )
+            last = rules.settle(inputs.get(len(rules.earlier), RuleInputs()))
+            rules = dataclasses.replace(last, earlier=earlier)
+        else:
+            rules = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
+        run.broker_rules[store] = rules
         if run.progress:
             print(rules.line, file=sys.stderr)
     return rules
@@ -110,31 +228,41 @@ def read_at(fs: pafs.FileSystem, path: str, offset: int, size: int) -> bytes:
         return f.read_at(min(size, f.size() - offset), offset) if f.size() > offset else b""
 
 
-def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig) -> StoreFacts:
+def store_facts(
+    fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: BrokerConfig, since: int | None = None
+) -> StoreFacts:
     """The clues detection reads: root, config/ and consumequeue/ entries, the key paths of config/ JSON files, the
     checkpoint, and the first SAMPLE_BYTES of up to SAMPLE_SEGMENTS segments (``sampled_segments``) until
-    TAG_KEY_SAMPLE tagged messages are found, whose tag keys are looked up in the live IndexFiles (a local
-    IndexFile is memory-mapped, a remote one read whole)."""
+    TAG_KEY_SAMPLE tagged messages and a record with LMQ offsets are found; the tag keys are looked up in the live
+    IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too.
+    ``since``: the last stretch's first offset in a store several releases wrote (its records only are sampled)."""
     index_dir = join(root, INDEX)
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
-    cfg49 = dataclasses.replace(cfg, brokerVersion="4.9")
+    cfg49 = dataclasses.replace(cfg, brokerVersion=DEFAULT_RELEASE)  # the sample's dispatch: keys, tags, LMQ
     counts: dict[str, int] = {}
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
+    lmq_sources: set[str] = set()
     for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
         data = read_at(fs, _segment_path(seg), 0, SAMPLE_BYTES)
+        if len(tagged) >= TAG_KEY_SAMPLE and (lmq_sources or LMQ_OFFSET_NAME not in data):
+            continue  # enough tagged messages: only records with LMQ offsets are still looked for
         scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
         for b in scanner:
+            if since is not None:  # an upgraded store: the clues of the last release's records only
+                b = b.part(int(np.searchsorted(b.physical_offset, since)), len(b))
+                if not len(b):
+                    continue
             d = dispatch_batch(b, cfg49)
             counts.update(record_clues(b, counts))
+            lmq_sources.update(topic for topic, _ in d.lmq_sources)
             topics, tags, uniq = b.topic, d.tags, d.uniq_key
             for i in np.flatnonzero(d.to_consume_queue).tolist():
                 if tags[i] and uniq[i] and len(tagged) < TAG_KEY_SAMPLE:
                     t = topics[i]
                     tagged.append((int(b.physical_offset[i]), f"{t}#{uniq[i]}", f"{t}#{TAG_KEY_INFIX}{tags[i]}"))
-        if len(tagged) >= TAG_KEY_SAMPLE:
-            break
     found, checked = _tag_keys_found(fs, index, headers, tagged, cfg)
+    slot_counts = _slot_counts(fs, index, headers, cfg)
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
         consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
@@ -143,7 +271,23 @@ def store_facts(fs: pafs.FileSystem, root: str, segments: list[Segment], cfg: Br
         tag_keys_found=found,
         tag_keys_checked=checked,
         **_config_facts(fs, root),
+        rocksdb_config=cfg.storeType == "defaultRocksDB",
+        lmq_sources=tuple(sorted(lmq_sources)),
+        index_slot_counts=slot_counts,
     )
+
+
+def _slot_counts(
+    fs: pafs.FileSystem, index: list[str], headers: list[IndexHeader], cfg: BrokerConfig
+) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, hashSlotCount, puts, occupied slots) of the first live IndexFile whose puts (indexCount - 1) are more
+    than its occupied slots: what tells a release that counts every put (storelib.broker.versions._slot_count_clues)."""
+    for path, h in zip(index, headers):
+        slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
+        occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1
+        if len(slots) == cfg.maxHashSlotNum and occupied < puts:
+            return ((path.rsplit("/", 1)[-1], h.hash_slot_count, puts, occupied),)
+    return ()
 
 
 def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:

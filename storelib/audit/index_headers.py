@@ -42,7 +42,7 @@ def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) ->
     past = int((reader.slots >= count).sum())
     if past:
         problems.append((f"{past} hash slots point past indexCount", "slots <= indexCount - 1", f"{past} slots"))
-    occupied = int((reader.slots > 0).sum()) if cfg.hashSlotCountRule == "occupied" else count - 1
+    occupied = int((reader.slots > 0).sum()) if not cfg.hash_slot_every_put else count - 1
     if h.hash_slot_count != occupied:
         problems.append(("hashSlotCount disagrees with the hash slots", str(occupied), str(h.hash_slot_count)))
     if count > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import os
 import stat
@@ -16,8 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import javaproperties
+import numpy as np
 
-from storelib.broker.versions import RuleSet, rules_for
+from storelib.broker.versions import DEFAULT_RELEASE, RuleSet, rules_for
 from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import ConfigError
 from storelib.formats.batchcq import BCQ_STORE_UNIT_SIZE
@@ -58,18 +60,41 @@ class BrokerConfig:
     storeType: str = ""  # "" = not set: defaultRocksDB when the store's consumequeue/ holds a RocksDB, else default
     #: the log is DLedger's (dledger-<selfId>/data/): set by broker.conf or by the store's own directories
     enableDLegerCommitLog: bool = False
-    #: the broker release whose rules apply (``--broker-version``); "" = not given: 4.9 rules unless detected
+    #: the broker release whose rules apply (``--broker-version``); "" = not given: DEFAULT_RELEASE unless detected
     brokerVersion: str = ""
     #: topics whose ``queue.type`` is BatchCQ (config/topics.json or a batchconsumequeue/<topic> directory)
     batchCQTopics: tuple[str, ...] = ()
     #: BatchCQ topics of the RocksDB config/topics/ of a store with a RocksDB ConsumeQueue (5.2+): their records'
     #: queue offsets advance by INNER_NUM (no INNER_BASE), whatever storeType the broker now runs with
     rocksdbBatchCQTopics: tuple[str, ...] = ()
+    #: a store written by several releases in turn (an in-place upgrade): (commitlog offset where a later release's
+    #: records start, that release); records before the first start are brokerVersion's (versions.Stretch)
+    releaseStretches: tuple[tuple[int, str], ...] = ()
 
     @property
     def rules(self) -> RuleSet:
         """The dispatch rules of ``brokerVersion`` (storelib.broker.versions)."""
-        return rules_for(self.brokerVersion or "4.9")
+        return rules_for(self.brokerVersion or DEFAULT_RELEASE)
+
+    def stretch_parts(self, offsets: np.ndarray) -> list[tuple[int, int, int, BrokerConfig]]:
+        """(stretch number, first, end) of each run of ``offsets`` (commitlog offsets, ascending) in one stretch of
+        releaseStretches, with the config of the release that wrote it."""
+        if not self.releaseStretches:
+            return [(0, 0, len(offsets), self)]
+        starts = np.array([start for start, _ in self.releaseStretches], np.int64)
+        which = np.searchsorted(starts, offsets, side="right")
+        cuts = [0, *(np.flatnonzero(np.diff(which)) + 1).tolist(), len(offsets)]
+        versions = [self.brokerVersion] + [v for _, v in self.releaseStretches]
+        return [
+            (int(which[lo]), lo, hi, dataclasses.replace(self, brokerVersion=versions[which[lo]], releaseStretches=()))
+            for lo, hi in itertools.pairwise(cuts)
+            if hi > lo
+        ]
+
+    @property
+    def hash_slot_every_put(self) -> bool:
+        """The IndexFile header's hashSlotCount counts every put (releases before 4.7.1, or hashSlotCountRule)."""
+        return self.hashSlotCountRule == "every-put" or self.rules.hash_slot_every_put
 
     @property
     def rocksdb_consume_queue(self) -> bool:
@@ -95,6 +120,11 @@ class BrokerConfig:
         if self.rocksdb_consume_queue:
             return ()
         return tuple(t for t in self.rocksdbBatchCQTopics if t not in self.batchCQTopics)
+
+    @property
+    def appended_lmq(self) -> bool:
+        """LMQ queues hold their units densely, each at the queue's write position (RuleSet.lmq_units_appended)."""
+        return self.multi_dispatch_to_files and self.rules.lmq_units_appended
 
     @property
     def multi_dispatch_to_files(self) -> bool:
@@ -149,11 +179,24 @@ def _coerce(field: dataclasses.Field, name: str, value: str) -> object:
 
 
 #: BrokerConfig fields that come from the store (config/topics.json), never from broker.conf
-_FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics")
+_FROM_STORE = ("batchCQTopics", "rocksdbBatchCQTopics", "releaseStretches")
+#: the names releases before 4.5.0 read (``MessageStoreConfig.setMapedFileSizeCommitLog``, 4.3.2 and 4.4.0 jars;
+#: 4.5.2 has the new ones): taken when the file does not set the new name
+OLD_NAMES = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+
+def with_new_names(props: dict[str, str]) -> dict[str, str]:
+    """``props`` with each OLD_NAMES setting under its new name, unless the new name is set too."""
+    return {**{new: props[old] for old, new in OLD_NAMES.items() if old in props}, **props}
 
 
 def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
-    """Take the settings BrokerConfig knows; everything else in the file is ignored."""
+    """Take the settings BrokerConfig knows (the OLD_NAMES of releases before 4.5.0 too); everything else in the
+    file is ignored."""
+    props = with_new_names(props)
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in _FROM_STORE}
     kwargs = {name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields}
     cfg = BrokerConfig(**kwargs)
@@ -246,7 +289,7 @@ def load_store_config(path: str | Path | None, segment_sizes: Iterable[int]) -> 
     takes it from the files (the note says so); one that sets it otherwise is kept, and the note names the
     contradiction.
     """
-    props = read_properties(path) if path is not None else {}
+    props = with_new_names(read_properties(path)) if path is not None else {}
     cfg = _broker_config(props, path)
     size = segment_size_of(segment_sizes)
     if size is None or size == cfg.mappedFileSizeCommitLog:

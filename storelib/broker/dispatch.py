@@ -85,6 +85,7 @@ class Dispatch:
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # TAGS/KEYS/UNIQ_KEY value (start, length) in batch.buf
     to_index: np.ndarray  # bool per record: its keys go to the IndexFile
     lmq_sources: list[tuple[str, str]]  # (source topic, INNER_MULTI_DISPATCH) of records with both LMQ properties
+    split_pair_records: int  # records a release before 4.9.1 reads other properties of (_split_pair_records)
 
     @property
     def tags(self) -> list[str | None]:
@@ -180,7 +181,9 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
     tran = transaction_type(batch.sys_flag)
     to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
     to_index = tran != TRANSACTION_ROLLBACK_TYPE if cfg.messageIndexEnable else np.zeros(n, dtype=bool)
-    values = find_properties(a, batch.props_start, batch.props_len, _DISPATCHED_PROPERTIES)
+    values = find_properties(
+        a, batch.props_start, batch.props_len, _DISPATCHED_PROPERTIES, cfg.rules.properties_split_pairs
+    )
     tags_code, bad_delay = _tags_codes(batch, values, cfg)
     record, key_start, key_len = _index_key_runs(a, values, to_index)
     record, key_start, key_len, tag_key = _with_tag_keys(record, key_start, key_len, values, to_index, cfg)
@@ -207,7 +210,21 @@ def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
         values={k: values[k] for k in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)},
         to_index=to_index,
         lmq_sources=lmq_sources,
+        split_pair_records=_split_pair_records(batch, values, cfg),
     )
+
+
+def _split_pair_records(batch: RecordBatch, values: dict[str, tuple[np.ndarray, np.ndarray]], cfg: BrokerConfig) -> int:
+    """Records with a dispatched property whose value, the pair split at its first 0x01, holds 0x01 too: releases
+    before 4.9.1 (``split``: a pair of three parts is none, trailing 0x01s dropped) read it otherwise."""
+    if cfg.rules.properties_split_pairs:
+        values = find_properties(batch.buf, batch.props_start, batch.props_len, _DISPATCHED_PROPERTIES)
+    ones = np.concatenate(([0], np.cumsum(batch.buf == 1)))
+    odd = np.zeros(len(batch), bool)
+    for start, length in values.values():
+        found = start >= 0
+        odd[found] |= ones[start[found] + length[found]] > ones[start[found]]
+    return int(odd.sum())
 
 
 def _tags_codes(
@@ -247,6 +264,8 @@ def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:
         lmq_sources=tuple(sorted(collections.Counter(topic for topic, _ in d.lmq_sources).items())),
         lmq_unprefixed_names=sum(not n.startswith(LMQ_PREFIX) for n in names),
         lmq_path_names=sum("/" in n for n in names),
+        index_records=int(d.to_index.sum()),
+        split_pair_records=d.split_pair_records,
     )
 
 

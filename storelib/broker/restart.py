@@ -16,15 +16,21 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import Releases, parse_version
+from storelib.broker.versions import (
+    CQ_OFFSET,
+    DEFAULT_RELEASE,
+    END,
+    RULE_SETS,
+    THIRD_LAST,
+    TIMESTAMP,
+    Releases,
+    intersect,
+    parse_version,
+    version_text,
+)
 from storelib.findings import BODY_CRC, KINDS, PROPERTY_CRC, STOPS
 from storelib.formats.checkpoint import Checkpoint
 
-#: start segment rules (``CommitLog.recoverNormally`` / ``recoverAbnormally``)
-THIRD_LAST = "third-last"  # mappedFiles.size() - 3, at least 0
-CQ_OFFSET = "cq-offset"  # the last segment starting at or before maxPhyOffsetOfConsumeQueue, else the first
-TIMESTAMP = "timestamp"  # the last whose first storeTimestamp is not 0 and <= the checkpoint's min timestamp
-MATCHED = "matched"  # the last whose first record the ConsumeQueueStore and the IndexService accept
 #: ``commitLogRecoverMaxNum`` of 0 or less means this many
 DEFAULT_RECOVER_MAX_NUM = 10
 #: RocketMQ's defaults
@@ -33,7 +39,8 @@ DEFAULTS = BrokerConfig()
 
 @dataclasses.dataclass(frozen=True)
 class RecoveryRules:
-    """How one range of releases (from ``first``) starts its commitlog recovery."""
+    """How a range of releases (from ``first``: the first release-table row with these rules) starts its
+    commitlog recovery."""
 
     name: str
     first: tuple[int, int, int]
@@ -43,18 +50,28 @@ class RecoveryRules:
     reput_after_normal: bool  # recoverNormally dispatches nothing; the reput service does, from the CQs' max
 
 
-RECOVERY_RULES = (
-    RecoveryRules("4.9", (4, 9, 0), THIRD_LAST, TIMESTAMP, False, True),
-    RecoveryRules("5.0", (5, 0, 0), THIRD_LAST, TIMESTAMP, False, False),
-    RecoveryRules("5.3.2", (5, 3, 2), CQ_OFFSET, TIMESTAMP, False, False),
-    RecoveryRules("5.5", (5, 5, 0), MATCHED, MATCHED, True, False),
-)
+def _recovery_rules() -> tuple[RecoveryRules, ...]:
+    """The recovery rules of the release table's rows, one per change."""
+    out: list[RecoveryRules] = []
+    for row in RULE_SETS:
+        if (
+            not out
+            or (out[-1].normal, out[-1].crash, out[-1].max_recover_num, out[-1].reput_after_normal) != row.recovery
+        ):
+            out.append(RecoveryRules(row.name, row.first, *row.recovery))
+    return tuple(out)
 
 
-def releases_by_rules(low: tuple[int, int, int], high: tuple[int, int, int] | None) -> list[str]:
-    """The lowest release of each RECOVERY_RULES row that meets the releases ``low`` up to ``high`` (None: 6.0)."""
+#: the recovery rules of the release table (storelib.broker.versions.RULE_SETS), one per change
+RECOVERY_RULES = _recovery_rules()
+
+
+def releases_by_rules(found: Releases) -> list[str]:
+    """The lowest allowed release of each RECOVERY_RULES row that meets the releases ``found``."""
     firsts = [r.first for r in RECOVERY_RULES]
-    return [".".join(map(str, max(firsts[k], low))) for k in Releases(low, high).rows_meeting(firsts)]
+    rows = found.rows_meeting(firsts)
+    ends = [*firsts[1:], END]
+    return [version_text(intersect(((firsts[k], ends[k]),), found.spans)[0][0]) or "" for k in rows]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +103,9 @@ class Restart:
 
 
 def recovery_rules(version: str) -> RecoveryRules:
-    """The recovery rules of a release (``""``: 4.9, as storelib.broker.versions assumes when nothing is known)."""
-    v = parse_version(version or "4.9")
+    """The recovery rules of a release (``""``: DEFAULT_RELEASE, as storelib.broker.versions assumes when nothing is
+    known)."""
+    v = parse_version(version or DEFAULT_RELEASE)
     return [r for r in RECOVERY_RULES if r.first <= v][-1]
 
 

@@ -94,6 +94,8 @@ class SegmentSummary:
     last_entry_term: int = -1
     #: its records that the rule sets of different releases dispatch differently
     rule_inputs: RuleInputs = dataclasses.field(default_factory=RuleInputs)
+    #: the same by stretch of a store several releases wrote (BrokerConfig.releaseStretches): (stretch, inputs)
+    stretch_inputs: tuple[tuple[int, RuleInputs], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -104,6 +106,8 @@ class SegmentSummary:
         values = {k: v for k, v in row.items() if k in fields}
         values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
         values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})  # type: ignore[arg-type]
+        stretches = row.get("stretch_inputs") or ()
+        values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)  # type: ignore[attr-defined]
         return cls(**values)  # type: ignore[arg-type]
 
     @classmethod
@@ -266,7 +270,17 @@ def merge_pieces(segment: Segment, pieces: list[PieceSummary]) -> SegmentSummary
         fingerprint=fingerprint(columns, messages),
         damage=tuple(sorted(damage, key=lambda d: d.commitlog_offset)),
         rule_inputs=sum((p.summary.rule_inputs for p in pieces), RuleInputs()),
+        stretch_inputs=by_stretch(p.summary.stretch_inputs for p in pieces),
     )
+
+
+def by_stretch(parts: Iterable[tuple[tuple[int, RuleInputs], ...]]) -> tuple[tuple[int, RuleInputs], ...]:
+    """Rule inputs of several pieces (or segments) summed by stretch."""
+    total: dict[int, RuleInputs] = {}
+    for part in parts:
+        for k, inputs in part:
+            total[k] = total.get(k, RuleInputs()) + inputs
+    return tuple(sorted(total.items()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -348,6 +348,14 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.physical_offset)
 
+    def part(self, lo: int, hi: int) -> RecordBatch:
+        """Records ``lo`` up to ``hi`` of the batch (the same buffer and topic names)."""
+        values = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            values[f.name] = v[lo:hi] if isinstance(v, np.ndarray) and f.name != "buf" else v
+        return RecordBatch(**values)
+
     @functools.cached_property
     def topic(self) -> list[str]:
         """Each record's topic (built once per batch: callers index it per record)."""
@@ -641,16 +649,19 @@ def find_record_start(
 
 
 def find_properties(
-    a: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...]
+    a: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...], split_pairs: bool = False
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Value (start, length) in ``a`` of each named property of each record, start -1 when absent.
 
     ``string2messageProperties`` over the bytes: pieces split by ``\\x02``, the first ``\\x01`` of
     a piece ends its name; pieces with an empty name or an empty value are skipped and a later
-    duplicate wins.
+    duplicate wins. ``split_pairs`` (releases before 4.9.1: ``piece.split("\\x01")`` must give two parts): a
+    piece whose value holds another ``\\x01`` is skipped, trailing ``\\x01`` are dropped.
     """
     raw = [name.encode("utf-8") for name in names]
     name_bytes = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
     name_end = np.cumsum([len(r) for r in raw], dtype=np.int64)
-    starts, lengths = kernel.find_properties(a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end)
+    starts, lengths = kernel.find_properties(
+        a, kernel.as_int64(start), kernel.as_int64(length), name_bytes, name_end, split_pairs
+    )
     return {name: (starts[j], lengths[j]) for j, name in enumerate(names)}

@@ -139,7 +139,7 @@ def put_index_file_head(
         end_timestamp=int(store_timestamp[-1]),
         begin_phy_offset=int(phy_offset[0]),
         end_phy_offset=int(phy_offset[-1]),
-        hash_slot_count=int(used) if cfg.hashSlotCountRule == "occupied" else n,
+        hash_slot_count=int(used) if not cfg.hash_slot_every_put else n,
         index_count=n + 1,
     )
     out[:INDEX_HEADER_SIZE] = header.pack()

@@ -324,10 +324,11 @@ else:
         return code, first[:distinct].copy()
 
     @njit(cache=True)
-    def find_properties(a, start, length, names, name_end):
+    def find_properties(a, start, length, names, name_end, split_pairs):
         """(value start, value length) of each name (``names[name_end[j-1]:name_end[j]]``) per record, -1/0
         when absent: pieces split by 0x02, the first 0x01 ends the name, empty names and values skipped,
-        a later duplicate wins."""
+        a later duplicate wins. ``split_pairs``: a piece whose value holds another 0x01 before its last
+        non-0x01 byte is no property, and trailing 0x01s are not part of the value (Java's ``split``)."""
         n = len(start)
         k = len(name_end)
         vs = np.full((k, n), -1, np.int64)
@@ -344,17 +345,33 @@ else:
                     continue
                 eq = p
                 p += 1
+                inner = -1  # the last 0x01 of the value
                 while p < end and a[p] != PROPERTY_SEPARATOR_BYTE:
+                    if a[p] == NAME_VALUE_SEPARATOR_BYTE:
+                        inner = p
                     p += 1
-                if eq > piece and p > eq + 1:
+                value_end = p
+                if split_pairs and inner >= 0:
+                    while value_end > eq + 1 and a[value_end - 1] == NAME_VALUE_SEPARATOR_BYTE:
+                        value_end -= 1
+                    if value_end > eq + 1 and any_byte(a, eq + 1, value_end, NAME_VALUE_SEPARATOR_BYTE):
+                        value_end = eq + 1  # three parts or more: Java's split gives no pair
+                if eq > piece and value_end > eq + 1:
                     lo = 0
                     for j in range(k):
                         if name_end[j] - lo == eq - piece and _same_bytes(a, piece, names, lo, eq - piece):
                             vs[j, i] = eq + 1
-                            vl[j, i] = p - eq - 1
+                            vl[j, i] = value_end - eq - 1
                         lo = name_end[j]
                 p += 1
         return vs, vl
+
+    @njit(cache=True, inline="always")
+    def any_byte(a, lo, hi, byte):
+        for p in range(lo, hi):  # noqa: SIM110 - numba compiles no generator passed to any()
+            if a[p] == byte:
+                return True
+        return False
 
     @njit(cache=True, inline="always")
     def _continuation(a, p, end, lo, hi):
@@ -661,7 +678,7 @@ else:
         find_record(a, 0, 0, 64, 1)
         decode(a, z, True)
         intern_runs(a, z, z)
-        find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64))
+        find_properties(a, z, z, np.frombuffer(b"\0", np.uint8), np.ones(1, np.int64), False)
         hash_utf8_runs(a, z, z)
         hash_utf16_runs(np.zeros(1, np.uint16), z)
         key_runs(a, z, z, z, z, np.zeros(1, np.bool_))

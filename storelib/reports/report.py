@@ -106,8 +106,12 @@ class ClueRecord:
 
     clue: str
     detail: str
-    at_least: str | None
-    below: str | None
+    releases: tuple[tuple[str, str], ...]  # [first, up to (not including)] of each span the clue allows
+    weak: str | None  # why the clue is weak (a file the broker does not maintain in this mode), else None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ClueRecord:
+        return cls(**{**d, "releases": tuple(tuple(span) for span in d["releases"])})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,11 +120,15 @@ class RulesRecord:
 
     name: str
     first_release: str | None
+    verified_by: tuple[str, ...]  # the real broker releases whose own files verified the rule set
     source: str  # "--broker-version" or "detected"
     why: str
     version: str | None  # the given release
-    releases: str | None  # detected: the range the clues allow
+    releases: str | None  # detected: the releases the clues allow
     clues: tuple[ClueRecord, ...]
+    set_aside: tuple[ClueRecord, ...]  # weak clues a stronger one contradicts
+    #: a store several releases wrote: each stretch's first commitlog offset and rules (``BrokerRules.to_dict``)
+    stretches: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(cls, rules: BrokerRules) -> RulesRecord:
@@ -128,7 +136,9 @@ class RulesRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RulesRecord:
-        return cls(**{**d, "clues": tuple(ClueRecord(**c) for c in d["clues"])})
+        clues = {k: tuple(ClueRecord.from_json(c) for c in d.get(k) or ()) for k in ("clues", "set_aside")}
+        stretches = tuple(d.get("stretches") or ())
+        return cls(**{**d, "verified_by": tuple(d.get("verified_by") or ()), **clues, "stretches": stretches})
 
     @property
     def given_release(self) -> str:

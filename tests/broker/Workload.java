@@ -34,7 +34,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * whose package moved between them are only used through {@code var}, and 5.x-only methods by reflection.
  *
  * <pre>
- * java Workload send   namesrv=H:P broker=H:P out=sent.jsonl seed=7 sends=1200 batchcq=true timer=true
+ * java Workload send   namesrv=H:P broker=H:P out=sent.jsonl seed=7 sends=1200 batchcq=true timer=true lmq=true
  * java Workload served namesrv=H:P broker=H:P brokerName=B out=served.jsonl queues=TOPIC/QID,...
  * </pre>
  */
@@ -162,7 +162,8 @@ public class Workload {
         }
     }
 
-    /** TopicOrders: tags (10% none), several keys incl. non-ASCII and Java-hash collisions, delays, timers, LMQ. */
+    /** TopicOrders: tags (10% none), several keys incl. non-ASCII and Java-hash collisions, delays, timers, LMQ (the
+     * same draws whether or not the release has timers or LMQ). */
     Message order(int n, Map<String, Object> rec) throws Exception {
         String tags = rnd.nextInt(10) == 0 ? null : TAGS[rnd.nextInt(TAGS.length)];
         List<String> keys = new ArrayList<>();
@@ -203,8 +204,10 @@ public class Workload {
             int a = rnd.nextInt(5);
             int b = (a + 1 + rnd.nextInt(4)) % 5;
             String lmq = "%LMQ%room-" + a + ",%LMQ%room-" + b;
-            MessageAccessor.putProperty(m, "INNER_MULTI_DISPATCH", lmq);
-            rec.put("lmq", lmq);
+            if (Boolean.parseBoolean(args.getOrDefault("lmq", "true"))) {
+                MessageAccessor.putProperty(m, "INNER_MULTI_DISPATCH", lmq);
+                rec.put("lmq", lmq);
+            }
         }
         return m;
     }

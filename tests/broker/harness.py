@@ -32,13 +32,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storelib.broker.config import read_properties  # a broker.conf, as the broker reads it (Properties.load)
+from storelib.broker.config import OLD_NAMES, read_properties  # read_properties: a broker.conf as the broker reads it
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
 
-# broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1)
-VERSIONS = {"5.5.0": "5.5.0", "5.3.3": "5.3.3", "4.9.7": "4.9.8"}
+# broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1, and client
+# 4.9.7: the 4.9.8 client talks to every 4.x broker). One release of each line and the release on each side of every
+# row of storelib.broker.versions' release table (tests/broker/FACTS.md, "Release by release").
+VERSIONS = {
+    **{v: "4.9.8" for v in ("4.3.2", "4.5.2", "4.7.0", "4.7.1", "4.8.0", "4.9.0", "4.9.1", "4.9.2", "4.9.3", "4.9.7")},
+    **{v: v for v in ("5.0.0", "5.1.0", "5.1.1", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3")},
+    **{v: v for v in ("5.4.0", "5.5.0")},
+}
+# releases whose rocketmq-namesrv jar Maven Central lacks -> the release whose namesrv runs beside their broker (the
+# name server keeps routes only: it writes nothing into the store)
+NAMESRV_FROM = {"5.1.3": "5.1.4", "5.3.0": "5.3.3", "5.3.1": "5.3.3", "5.3.2": "5.3.3"}
+# the releases the suite always reads (the others: the release matrix, pytest -m matrix)
+CORE_VERSIONS = ("5.5.0", "5.3.3", "4.9.7")
+# what the workload may use, by the first release whose jars have it (javap, tests/broker/FACTS.md): LMQ
+# (INNER_MULTI_DISPATCH: store MultiDispatch / ConsumeQueue.multiDispatchLmqQueue, 4.9.3), timer messages
+# (TimerMessageStore, 5.0.0), BatchCQ topics (BatchConsumeQueue, 5.0.0)
+FEATURES = {"lmq": (4, 9, 3), "timer": (5, 0, 0), "batchcq": (5, 0, 0)}
 # A one-node DLedger group (DLedgerCommitLog): n0 elects itself leader. dLegerPeers (n0-127.0.0.1:<port>) is
 # added at each start, like listenPort; the saved broker.conf has no port.
 DLEDGER_SETTINGS = {"enableDLegerCommitLog": "true", "dLegerGroup": "oracle-a", "dLegerSelfId": "n0"}
@@ -47,7 +62,9 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "default": ({}, tuple(VERSIONS)),
     "crc": ({"enabledAppendPropCRC": "true"}, ("5.5.0", "5.3.3")),
     "rocksdb": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
-    "kill9": ({}, tuple(VERSIONS)),
+    "rocksdb-stale-topics": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
+    "kill9": ({}, CORE_VERSIONS),
+    "upgraded": ({}, ("5.5.0", "5.3.3")),
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-mixed": (DLEDGER_SETTINGS, ("5.5.0",)),
@@ -61,6 +78,20 @@ TIMER_VARIANTS = ("timers",)
 # to DLedger (the workload again): the old commitlog/ stays below dividedCommitlogOffset. TopicBatchCQ is a plain
 # topic there: the second run's createTopic may not set queue.type again ("unchangeable attribute")
 MIXED_VARIANTS = ("dledger-mixed",)
+# variants written first by older releases (in this order, each stopped cleanly), then by the variant's own release on
+# the same files: the in-place upgrade RocketMQ documents. Each run sends the workload (TopicBatchCQ a plain topic:
+# a later createTopic may not set queue.type again); the older runs' sends go to sent-<release>.jsonl
+UPGRADED_FROM = {"upgraded": ("4.9.7",)}
+# variants whose store/config/topics.json is written before the first start: a file the broker does not maintain
+# (storeType=defaultRocksDB keeps topic configs in config/topics/), as an operator pre-declared it for 4.9
+STALE_TOPICS_JSON = ("rocksdb-stale-topics",)
+STALE_TOPICS = {
+    "dataVersion": {"counter": 1, "timestamp": 1700000000000},
+    "topicConfigTable": {
+        t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG"}
+        for t in ("TopicOrders", "TopicLogs", "TopicPayments", "TopicTx")
+    },
+}
 # variants whose broker is killed with kill -9 in the middle of the send burst
 KILL9_VARIANTS = ("kill9", "dledger-kill9")
 # The store settings (those of /work/shared/fixtures/rocketmq-5.5.0-sample) written to the cached broker.conf.
@@ -175,6 +206,8 @@ def sources_hash(version: str, variant: str) -> str:
     for name in ("Workload.java", "pom.xml", *(("Timers.java",) if variant in TIMER_VARIANTS else ())):
         h.update((HERE / name).read_bytes())
     settings = [VERSIONS[version], store_settings(version, variant), SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
+    if variant in UPGRADED_FROM or variant in STALE_TOPICS_JSON:
+        settings += [UPGRADED_FROM.get(variant), variant in STALE_TOPICS_JSON and STALE_TOPICS]
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()[:12]
 
@@ -186,12 +219,31 @@ def java_available() -> str | None:
 
 
 def broker_lib(version: str) -> Path:
-    """The broker, namesrv and client jars with their dependencies (mvn dependency:copy-dependencies, once)."""
+    """The broker, namesrv and client jars with their dependencies (mvn dependency:copy-dependencies, once); for a
+    release in NAMESRV_FROM the broker and its own client only (artifact-pom.xml)."""
     lib = CACHE / "broker" / version / "lib"
     if not list(lib.glob(f"rocketmq-broker-{version}.jar")):
-        cmd = ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"]
-        cmd += [f"-Drmq.broker.version={version}", f"-Drmq.client.version={VERSIONS[version]}", f"-Drmq.lib={lib}"]
+        if version in NAMESRV_FROM:
+            cmd = ["mvn", "-q", "-B", "-f", str(HERE / "artifact-pom.xml"), "dependency:copy-dependencies"]
+            cmd += ["-Drmq.artifact=rocketmq-broker", f"-Drmq.version={version}", f"-Drmq.lib={lib}"]
+        else:
+            cmd = ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"]
+            cmd += [f"-Drmq.broker.version={version}", f"-Drmq.client.version={VERSIONS[version]}", f"-Drmq.lib={lib}"]
         _run_checked(cmd, timeout=900)
+    return lib
+
+
+def client_lib(version: str) -> Path:
+    """The client jars the workload of a broker release runs on: the broker's lib when the client is of the same
+    release, else the client release's own jars (artifact-pom.xml, once): on the broker's classpath an older
+    rocketmq-common wins and the 4.9.8 client misses classes (4.8.0: CompressionType)."""
+    client = VERSIONS[version]
+    if client == version:
+        return broker_lib(version)
+    lib = CACHE / "broker" / f"client-{client}" / "lib"
+    if not list(lib.glob(f"rocketmq-client-{client}.jar")):
+        cmd = ["mvn", "-q", "-B", "-f", str(HERE / "artifact-pom.xml"), "dependency:copy-dependencies"]
+        _run_checked([*cmd, "-Drmq.artifact=rocketmq-client", f"-Drmq.version={client}", f"-Drmq.lib={lib}"], 900)
     return lib
 
 
@@ -204,7 +256,7 @@ def workload_classes(version: str) -> Path:
     if not (out / "Served.class").is_file():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        cp = f"{broker_lib(version)}/*"
+        cp = f"{client_lib(version)}/*"
         cmd = ["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), *map(str, sources)]
         _run_checked(cmd, timeout=300)
         try:
@@ -299,7 +351,7 @@ class Running:
     def workload(self, mode: str, *args: str) -> list[str]:
         """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench";
         Timers.java: "timers") against this broker."""
-        cp = f"{workload_classes(self.version)}:{broker_lib(self.version)}/*"
+        cp = f"{workload_classes(self.version)}:{client_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
         main = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"]}.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
@@ -321,7 +373,7 @@ class Running:
 @contextmanager
 def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Iterator[Running]:
     """NamesrvStartup and BrokerStartup -c broker.conf, store root `run_dir/store`; both killed on exit."""
-    lib = broker_lib(version)
+    lib, namesrv_lib = broker_lib(version), broker_lib(NAMESRV_FROM.get(version, version))
     conf = run_dir / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     for name in ("broker", "namesrv"):
@@ -334,7 +386,7 @@ def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Ite
     if settings.get("enableDLegerCommitLog") == "true":
         run["dLegerPeers"] = f"{settings['dLegerSelfId']}-127.0.0.1:{free_broker_port()}"
     (conf / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in {**settings, **run}.items()))
-    procs = [_start_server(run_dir, lib, "namesrv.NamesrvStartup", conf / "namesrv.conf")]
+    procs = [_start_server(run_dir, namesrv_lib, "namesrv.NamesrvStartup", conf / "namesrv.conf")]
     try:
         wait_for("namesrv", lambda: _listening(ns_port), 60, procs[0])
         procs.append(_start_server(run_dir, lib, "broker.BrokerStartup", conf / "broker.conf"))
@@ -366,7 +418,11 @@ def store_settings(version: str, variant: str) -> dict[str, str]:
     extra, versions = VARIANTS[variant]
     if version not in versions:
         raise HarnessError(f"variant {variant} is for {', '.join(versions)}, not {version}")
-    return {**STORE_SETTINGS, **extra}
+    settings = {**STORE_SETTINGS, **extra}
+    if release(version) < (4, 5, 0):  # MessageStoreConfig.setMapedFileSize* (storelib.broker.config.OLD_NAMES)
+        old = {new: name for name, new in OLD_NAMES.items()}
+        settings = {old.get(k, k): v for k, v in settings.items()}
+    return settings
 
 
 def build_store(version: str, variant: str = "default", seed: int = SEED) -> BrokerStore:
@@ -410,11 +466,18 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
         file_mode = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
         with running_broker(version, work, file_mode) as broker:
             _send_workload(broker, work, False, seed, work / "sent-filemode.jsonl", batchcq=False)
+    for older in UPGRADED_FROM.get(variant, ()):
+        with running_broker(older, work, settings) as broker:
+            _send_workload(broker, work, False, seed, work / f"sent-{older}.jsonl", batchcq=False)
+    if variant in STALE_TOPICS_JSON:
+        (work / "store" / "config").mkdir(parents=True)
+        (work / "store" / "config" / "topics.json").write_text(json.dumps(STALE_TOPICS, indent=1))
+    first_run = variant not in MIXED_VARIANTS and variant not in UPGRADED_FROM
     with running_broker(version, work, settings) as broker:
         if variant in TIMER_VARIANTS:
             broker.run_workload("timers", "send", f"out={work / 'sent.jsonl'}", f"seed={seed}", timeout=180)
         else:
-            _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=variant not in MIXED_VARIANTS)
+            _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=first_run)
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)
@@ -429,10 +492,11 @@ def _send_workload(
     broker: Running, work: Path, kill9: bool, seed: int, out: Path | None = None, batchcq: bool = True
 ) -> None:
     """The seeded workload, acknowledged sends into ``out`` (sent.jsonl); kill9: kill -9 the broker once
-    KILL9_AFTER_SENDS sends are in it; TopicBatchCQ a BatchCQ topic on 5.x unless ``batchcq`` is False."""
+    KILL9_AFTER_SENDS sends are in it; timers, LMQ and a BatchCQ TopicBatchCQ where the release has them
+    (``has``), TopicBatchCQ plain when ``batchcq`` is False."""
     out = out or work / "sent.jsonl"
-    args = [f"out={out}", f"seed={seed}", f"sends={SENDS}"]
-    args += [f"batchcq={batchcq and broker.version >= '5'}", f"timer={broker.version >= '5'}"]
+    args = [f"out={out}", f"seed={seed}", f"sends={SENDS}", f"batchcq={batchcq and has(broker.version, 'batchcq')}"]
+    args += [f"timer={has(broker.version, 'timer')}", f"lmq={has(broker.version, 'lmq')}"]
     if not kill9:
         broker.run_workload("send", *args, timeout=180)
         return
@@ -443,6 +507,17 @@ def _send_workload(
         sender.wait(timeout=60)
     finally:
         stop(sender, signal.SIGKILL, timeout=5)
+
+
+def release(version: str) -> tuple[int, int, int]:
+    """ "5.3.3" -> (5, 3, 3)."""
+    major, minor, patch = (int(x) for x in version.split("."))
+    return major, minor, patch
+
+
+def has(version: str, feature: str) -> bool:
+    """Whether the broker release has a FEATURES entry (LMQ, timers, BatchCQ)."""
+    return release(version) >= FEATURES[feature]
 
 
 def _lines(path: Path) -> int:
@@ -525,7 +600,7 @@ def mark_delays_delivered(root: Path, levels: int) -> None:
 
 def _tag_index(version: str) -> bool:
     """5.5.0 and later index `topic#T#<TAGS>` and let a client ask for it (MQAdminImpl.queryMessage indexType "T")."""
-    return tuple(map(int, version.split("."))) >= (5, 5)
+    return release(version) >= (5, 4)  # 5.4.0 writes topic#T#<TAGS> too (tests/broker/FACTS.md, "Release by release")
 
 
 def served_queues(root: Path) -> list[str]:
