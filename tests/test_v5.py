@@ -266,6 +266,11 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
         rules.settle(RuleInputs(tagged_index_records=3))
     assert e.value.choices == ["4.0.0", "5.4.0"]  # one release of each rule set that writes other files
     assert e.value.exit_code == 2
+    with pytest.raises(AmbiguousRelease) as e:
+        rules.settle(RuleInputs(index_records=3))
+    # each difference is said once, at the release where it changes, not once per later row
+    assert str(e.value).count("hashSlotCount") == 1
+    assert "occupied slots, not every put, from 4.7.1 on" in str(e.value)
 
 
 def test_clues_bound_the_releases() -> None:

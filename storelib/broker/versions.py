@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import re
 
@@ -734,7 +735,8 @@ class BrokerRules:
         if not writers:
             raise ConfigError(f"the store's records contradict its clues ({self.why}; {because}): give the release")
         rules = self.rules
-        diffs = list(dict.fromkeys(d for r in writers for d in differences(rules, r, inputs)))
+        chain = [rules, *(r for r in writers if r is not rules)]  # each difference said once, where it changes
+        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs)))
         classes: list[RuleSet] = []  # one row of each set of writers that write the same files
         for r in writers:
             if all(differences(c, r, inputs) for c in classes):
