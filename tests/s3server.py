@@ -20,6 +20,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from tests.lifeline import die_with_parent
+
 ARTIFACT = "org.gaul:s3proxy:4.1.0:jar:jar-with-dependencies"
 JAR = Path("~/.cache/rmq-store-rebuild/s3proxy/s3proxy-4.1.0-jar-with-dependencies.jar").expanduser()
 ACCESS_KEY, SECRET_KEY, REGION, BUCKET = "rmqstore-test", "rmqstore-test-secret", "us-east-1", "rmq-test"
@@ -79,7 +81,8 @@ def start(workdir: Path) -> tuple[subprocess.Popen, S3Server]:
         f"jclouds.identity={ACCESS_KEY}\njclouds.credential={SECRET_KEY}\n"
     )
     log = (workdir / "s3proxy.log").open("wb")
-    proc = subprocess.Popen(["java", "-jar", str(s3proxy_jar()), "--properties", str(props)], stdout=log, stderr=log)
+    cmd = ["java", "-jar", str(s3proxy_jar()), "--properties", str(props)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=die_with_parent)
     server = S3Server(endpoint, BUCKET, proc.pid)
     deadline = time.monotonic() + START_TIMEOUT
     while True:

@@ -30,6 +30,7 @@ from shlex import quote
 import pytest
 
 from jobs.runtime.jars import submit_args
+from tests.lifeline import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_PARENT = Path("/var/tmp")
@@ -186,6 +187,7 @@ class Cluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
 
     def worker_processes(self, marker: str) -> list[int]:
@@ -213,7 +215,9 @@ def _environ(pid: int) -> bytes:
 
 def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+        )
 
 
 def _log_says(log: Path, text: str) -> bool:
