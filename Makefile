@@ -12,7 +12,7 @@ STEP := bash conf/step.sh
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_GET := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q
 
-.PHONY: base setup java jars cds chromium run test test-quick test-matrix lint bench dist clean
+.PHONY: base setup java jars cds chromium run test test-quick test-matrix broker-stores lint bench dist clean
 
 # base: what the jobs need (make run); setup adds the browser the report test renders in (make test)
 base: $(STAMP) java jars cds
@@ -74,6 +74,14 @@ test: setup
 # Every release line's real-broker store (tests/test_release_matrix.py; a first run writes ~20 stores, 2-4 min each).
 test-matrix: base
 	$(PYTEST) -m matrix
+
+# The real-broker stores and broker answers the suite reads, checked in (tests/broker/recorded/, MANIFEST.json says
+# which release wrote each): the suite runs on the brokers alone (RMQSTORE_RECORDED=off), then what it used is packed
+# and what it no longer uses dropped. Run it after changing the workload, the harness settings or a variant.
+broker-stores: setup
+	rm -f "$${RMQSTORE_CACHE:-$$HOME/.cache/rmq-store-rebuild}/used.txt"
+	RMQSTORE_RECORDED=off $(PYTEST) -m "not matrix"
+	$(PY) -m tests.broker.recorded
 
 # The quick subset: no real brokers, standalone cluster, S3 server or browser.
 test-quick: base

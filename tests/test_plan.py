@@ -17,6 +17,7 @@ import pytest
 from storelib.errors import EXIT_FINDINGS, EXIT_OK
 from storelib.findings import KINDS, finding
 from storelib.reports.plan import Plan, Step, recover_plan
+from tests.broker.fixtures import release_param
 from tests.broker.harness import CORE_VERSIONS, VARIANTS, VERSIONS
 from tests.storecopy import rmqstore_main
 
@@ -78,47 +79,45 @@ def test_the_audit_s_plan_is_recover_s_dry_run_and_its_actions(
     assert [(s["action"], s["file"]) for s in manifest["steps"]] == [(s["action"], s["file"]) for s in advised["steps"]]
 
 
-#: every store variant of the harness, for every version it is made for
+#: every store variant of the harness, for every version it is made for (the default stores of releases outside the
+#: core three: test_release_matrix); variants of those releases run under make test-matrix
 HARNESS_STORES = [
-    (v, variant)
+    release_param(v, variant)
     for variant, (_, versions) in VARIANTS.items()
     for v in VERSIONS
-    if v in versions and (v in CORE_VERSIONS or variant != "default")  # other releases: test_release_matrix
+    if v in versions and (v in CORE_VERSIONS or variant != "default")
 ]
 
 
-@pytest.mark.broker
+@pytest.mark.parametrize(("version", "variant"), HARNESS_STORES)
 def test_the_audit_s_plan_is_recover_s_dry_run_on_every_harness_store(
-    broker_store,
-    tmp_path: Path,
-    capsys,
+    broker_store, tmp_path: Path, capsys, version: str, variant: str
 ) -> None:
-    """One Spark session, every store the real brokers wrote (as it is: a crash stays crashed), as a nightly job
-    leaves it for an operator: rebuilt once, audited against that rebuild, whose verdict's dry run (reusing it) is
-    then run: the audit's plan is the steps recover prints, with what recover says stays; nothing is changed."""
-    for version, variant in HARNESS_STORES:
-        store = broker_store(version, variant)
-        report_dir, before = tmp_path / f"{version}-{variant}", _files(store.root)
-        argv = ["--store", str(store.root), "--broker-config", str(store.broker_conf), "--broker-version", version]
-        rebuilt = report_dir / "rebuilt"
-        rmqstore_main(["rebuild", *argv, "--out", str(rebuilt)])
-        reuse = ["--rebuilt", str(rebuilt)] if (rebuilt / "rebuild.json").is_file() else []
-        rmqstore_main(["audit", *argv, *reuse, "--report", str(report_dir / "report")])
-        report = json.loads((report_dir / "report" / "report.json").read_text())
-        advice = report["verdict"]["recover"]
-        dry = shlex.split(advice["commands"][0])[1:] if advice["possible"] else ["recover", *argv, *reuse]
-        capsys.readouterr()
-        code = rmqstore_main([*dry, "--work-dir", str(tmp_path / "work")])
-        out, err = capsys.readouterr()
-        assert _files(store.root) == before
-        if any(KINDS[f["kind"]].blocks_recover for f in report["findings"]):  # refused, saying why
-            assert (code, "cannot vouch" in err) == (EXIT_FINDINGS, True), (version, variant)
-            continue
-        assert code == EXIT_OK, (version, variant)
-        steps = [(s["action"], s["file"]) for s in report["plan"]["steps"]]
-        assert (version, variant, printed_steps(out)) == (version, variant, steps)
-        assert [n for n in report["plan"]["notes"] if n not in out] == [], (version, variant)
-        assert bool(steps) == advice["possible"], (version, variant)
+    """Every store the real brokers wrote (as it is: a crash stays crashed), as a nightly job leaves it for an
+    operator: rebuilt once, audited against that rebuild, whose verdict's dry run (reusing it) is then run: the
+    audit's plan is the steps recover prints, with what recover says stays; nothing is changed."""
+    store = broker_store(version, variant)
+    report_dir, before = tmp_path / f"{version}-{variant}", _files(store.root)
+    argv = ["--store", str(store.root), "--broker-config", str(store.broker_conf), "--broker-version", version]
+    rebuilt = report_dir / "rebuilt"
+    rmqstore_main(["rebuild", *argv, "--out", str(rebuilt)])
+    reuse = ["--rebuilt", str(rebuilt)] if (rebuilt / "rebuild.json").is_file() else []
+    rmqstore_main(["audit", *argv, *reuse, "--report", str(report_dir / "report")])
+    report = json.loads((report_dir / "report" / "report.json").read_text())
+    advice = report["verdict"]["recover"]
+    dry = shlex.split(advice["commands"][0])[1:] if advice["possible"] else ["recover", *argv, *reuse]
+    capsys.readouterr()
+    code = rmqstore_main([*dry, "--work-dir", str(tmp_path / "work")])
+    out, err = capsys.readouterr()
+    assert _files(store.root) == before
+    if any(KINDS[f["kind"]].blocks_recover for f in report["findings"]):  # refused, saying why
+        assert (code, "cannot vouch" in err) == (EXIT_FINDINGS, True), (version, variant)
+        return
+    assert code == EXIT_OK, (version, variant)
+    steps = [(s["action"], s["file"]) for s in report["plan"]["steps"]]
+    assert (version, variant, printed_steps(out)) == (version, variant, steps)
+    assert [n for n in report["plan"]["notes"] if n not in out] == [], (version, variant)
+    assert bool(steps) == advice["possible"], (version, variant)
 
 
 def _files(root: Path) -> dict[str, tuple[int, int]]:

@@ -23,16 +23,11 @@ from jobs.pipeline.rebuild_flow import rebuild
 from storelib.broker.config import load_broker_config
 from storelib.broker.versions import RULE_SETS, parse_version, rules_for
 from storelib.errors import AmbiguousRelease
-from tests.broker.fixtures import harness_store
-from tests.broker.harness import CORE_VERSIONS, SEEDS, VERSIONS
+from tests.broker.fixtures import harness_store, release_param
+from tests.broker.harness import SEEDS, VERSIONS
 from tests.reference import assert_same_index
 
 LOST = ("consumequeue", "batchconsumequeue", "index")
-
-
-def _marked(version: str, *rest: object) -> object:
-    marks = [pytest.mark.broker] + ([] if version in CORE_VERSIONS else [pytest.mark.matrix])
-    return pytest.param(version, *rest, marks=marks, id="-".join(map(str, (version, *rest))))
 
 
 def test_every_verifying_release_is_one_the_harness_runs() -> None:
@@ -42,7 +37,7 @@ def test_every_verifying_release_is_one_the_harness_runs() -> None:
         assert all(rules_for(v) is r for v in r.verified_by), r.name
 
 
-ROWS = [_marked(v, r.name) for r in RULE_SETS for v in r.verified_by]
+ROWS = [release_param(v, r.name) for r in RULE_SETS for v in r.verified_by]
 
 
 @pytest.mark.parametrize(("version", "row"), ROWS)
@@ -56,7 +51,7 @@ def test_a_row_writes_its_brokers_files(spark, tmp_path: Path, version: str, row
     assert json.loads((tmp_path / "out" / "rebuild.json").read_text())["broker_rules"]["name"] == row
 
 
-STORES = [_marked(v, seed) for v in VERSIONS for seed in SEEDS]
+STORES = [release_param(v, seed) for v in VERSIONS for seed in SEEDS]
 
 
 @pytest.mark.parametrize(("version", "seed"), STORES)
@@ -72,7 +67,7 @@ def test_a_release_store_is_detected_rebuilt_and_audited_clean(spark, tmp_path: 
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
 
 
-@pytest.mark.parametrize("version", [_marked(v) for v in VERSIONS])
+@pytest.mark.parametrize("version", [release_param(v) for v in VERSIONS])
 def test_a_release_store_without_its_queues_and_index(spark, tmp_path: Path, version: str) -> None:
     """consumequeue/, batchconsumequeue/ and index/ lost: the rebuild with no flag writes the broker's files, or
     refuses (nothing written) offering one release per set of rows that write different files, the broker's own

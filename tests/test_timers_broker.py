@@ -28,7 +28,7 @@ from jobs.pipeline.recover_flow import recover
 from storelib.broker.config import load_broker_config
 from storelib.formats import delayoffset, timerwheel
 from storelib.reports.inspection import inspect_store
-from tests.broker.fixtures import harness_store
+from tests.broker.fixtures import harness_store, release_param
 from tests.broker.harness import SEEDS, VERSIONS, read_jsonl
 from tests.broker.timers import copies, delivered
 
@@ -60,7 +60,7 @@ def _copy(store: Path, tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
-@pytest.mark.parametrize(("version", "seed"), [(v, seed) for v in VERSIONS if v >= "5" for seed in SEEDS])
+@pytest.mark.parametrize(("version", "seed"), [release_param(v, seed) for v in VERSIONS if v >= "5" for seed in SEEDS])
 def test_every_5x_default_store_folds_to_its_wheel(version: str, seed: int) -> None:
     """Without Spark (inspect's path): the default store of each 5.x release the harness runs, stopped with its
     timers and delays all delivered, folds to its own timerwheel byte for byte, its delay offsets and timer

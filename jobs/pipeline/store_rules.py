@@ -117,7 +117,8 @@ def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretc
     upgrade, storelib.broker.versions.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
     each segment's first one, then, where two segments differ, every record of the earlier segment (the active
     segment is read whole: a release may have started since its first record). The later release starts at the
-    first of the records, up to its first broker-encoded one, that all end as its own do (a 4.x broker keeps a
+    first of the records, up to its first broker-encoded one (in the earlier segment or at the next one's start),
+    that all end as its own do (a 4.x broker keeps a
     client's string as sent: the records in between need not tell). With the source topics of the records with LMQ
     offsets read in each stretch. Broker-encoded records of both kinds interleaved in one segment cannot be told
     apart: refused (give --broker-version)."""
@@ -144,7 +145,9 @@ def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretc
                 f"{before.rel}: broker-written records whose property strings end with 0x02 and records whose do "
                 "not alternate: the releases that wrote the store cannot be told apart: give --broker-version"
             )
-        starts.append(_first_of_run(marks, told[flips[0]][0], b) if flips else after.start)
+        at = next(k for k, m in enumerate(marks) if m[0] == told[flips[0]][0]) if flips else len(marks)
+        first = _first_of_run(marks, at, b)  # the later release's first record may lie before the segment's end
+        starts.append(marks[first][0] if first < len(marks) else after.start)
         ends.append(b)
     bounds = [*starts[1:], 1 << 63]
     return tuple(Stretch(lo, e, _sources(read, lo, hi)) for lo, e, hi in zip(starts, ends, bounds))
@@ -153,13 +156,12 @@ def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretc
 Mark = tuple[int, bool | None, bool, str]  # offset, broker-encoded string ends with 0x02 (else None), ends, LMQ source
 
 
-def _first_of_run(marks: list[Mark], first_told: int, ends_02: bool) -> int:
-    """The first record of the run of records ending as ``ends_02`` that reaches the later release's first
-    broker-encoded record (at ``first_told``)."""
-    at = next(k for k, m in enumerate(marks) if m[0] == first_told)
+def _first_of_run(marks: list[Mark], at: int, ends_02: bool) -> int:
+    """The index of the first record of the run of records ending as ``ends_02``, none broker-encoded, that reaches
+    ``at`` (the later release's first broker-encoded record, or the segment's end: ``len(marks)``)."""
     while at > 0 and marks[at - 1][2] == ends_02 and marks[at - 1][1] is None:
         at -= 1
-    return marks[at][0]
+    return at
 
 
 def _told(marks: list[Mark]) -> list[Mark]:

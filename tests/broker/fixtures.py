@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.harness import SEED, BrokerStore, build_store, java_available
+from tests.broker.harness import CORE_VERSIONS, SEED, BrokerStore, build_store, java_available
 
 
 def _needs_java() -> None:
@@ -37,3 +37,10 @@ def broker_store_of(built: dict[tuple[str, str], BrokerStore], version: str, var
     if (version, variant) not in built:
         built[version, variant] = build_store(version, variant)
     return built[version, variant]
+
+
+def release_param(version: str, *rest: object) -> object:
+    """A pytest param of a release's real-broker case: marked ``broker``, and ``matrix`` (make test-matrix, not
+    make test) unless the release is one of the core three."""
+    marks = [pytest.mark.broker] + ([] if version in CORE_VERSIONS else [pytest.mark.matrix])
+    return pytest.param(version, *rest, marks=marks, id="-".join(map(str, (version, *rest))))

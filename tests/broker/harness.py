@@ -135,6 +135,7 @@ SERVE_SETTINGS = {
     "transactionCheckInterval": "86400000",
     "maxMsgsNumBatch": str(LOOKUP_MAX),
 }
+BIND_ATTEMPTS = 3  # starts of a namesrv and broker pair when another process took a port they were given
 REPLAY_SECONDS = 10  # a replay's broker runs this long after it listens (its dispatch of ~1 MB takes < 1 s)
 DELIVERED = 1 << 40  # a delay queue offset past any store's end
 SENDS = 1200
@@ -382,7 +383,28 @@ class Running:
 
 @contextmanager
 def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Iterator[Running]:
-    """NamesrvStartup and BrokerStartup -c broker.conf, store root `run_dir/store`; both killed on exit."""
+    """NamesrvStartup and BrokerStartup -c broker.conf, store root `run_dir/store`; both killed on exit. A start that
+    lost its ports to another process between their choice and its bind is tried again on new ports."""
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        procs: list[subprocess.Popen] = []
+        try:
+            running = _start_pair(version, run_dir, settings, procs)
+        except HarnessError:
+            for proc in reversed(procs):
+                stop(proc)
+            if attempt < BIND_ATTEMPTS and _lost_its_port(run_dir):
+                continue
+            raise
+        try:
+            yield running
+        finally:
+            for proc in reversed(procs):
+                stop(proc)
+        return
+
+
+def _start_pair(version: str, run_dir: Path, settings: dict[str, str], procs: list[subprocess.Popen]) -> Running:
+    """The name server and the broker started on free loopback ports (appended to `procs` as they start)."""
     lib, namesrv_lib = broker_lib(version), broker_lib(NAMESRV_FROM.get(version, version))
     conf = run_dir / "conf"
     conf.mkdir(parents=True, exist_ok=True)
@@ -396,15 +418,26 @@ def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Ite
     if settings.get("enableDLegerCommitLog") == "true":
         run["dLegerPeers"] = f"{settings['dLegerSelfId']}-127.0.0.1:{free_broker_port()}"
     (conf / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in {**settings, **run}.items()))
-    procs = [_start_server(run_dir, namesrv_lib, "namesrv.NamesrvStartup", conf / "namesrv.conf")]
+    procs.append(_start_server(run_dir, namesrv_lib, "namesrv.NamesrvStartup", conf / "namesrv.conf"))
+    _wait_server("namesrv", ns_port, procs[0], run_dir / "logs" / "namesrv.out", 60)
+    procs.append(_start_server(run_dir, lib, "broker.BrokerStartup", conf / "broker.conf"))
+    _wait_server("broker", port, procs[1], run_dir / "logs" / "broker.out", 90)
+    return Running(version, run_dir, run["namesrvAddr"], f"127.0.0.1:{port}", settings["brokerName"], procs[1])
+
+
+def _wait_server(what: str, port: int, proc: subprocess.Popen, out: Path, timeout: float) -> None:
+    """Wait until `proc` listens on `port`; a HarnessError carrying the end of its output when it does not."""
     try:
-        wait_for("namesrv", lambda: _listening(ns_port), 60, procs[0])
-        procs.append(_start_server(run_dir, lib, "broker.BrokerStartup", conf / "broker.conf"))
-        wait_for("broker", lambda: _listening(port), 90, procs[1])
-        yield Running(version, run_dir, run["namesrvAddr"], f"127.0.0.1:{port}", settings["brokerName"], procs[1])
-    finally:
-        for proc in reversed(procs):
-            stop(proc)
+        wait_for(what, lambda: _listening(port), timeout, proc)
+    except HarnessError as e:
+        tail = out.read_text(errors="replace")[-1500:] if out.is_file() else "(no output)"
+        raise HarnessError(f"{e}; the end of {out.name}:\n{tail}") from None
+
+
+def _lost_its_port(run_dir: Path) -> bool:
+    """Whether a server of this run failed to bind its port."""
+    logs = [run_dir / "logs" / f"{name}.out" for name in ("namesrv", "broker")]
+    return any(p.is_file() and "Address already in use" in p.read_text(errors="replace") for p in logs)
 
 
 def _start_server(run_dir: Path, lib: Path, main: str, conf: Path) -> subprocess.Popen:
@@ -441,7 +474,7 @@ def build_store(version: str, variant: str = "default", seed: int = SEED) -> Bro
     settings = store_settings(version, variant)
     final = CACHE / "stores" / f"{version}-{variant}-seed{seed}-{sources_hash(version, variant)}"
     recorded.note_used("store", final.name)
-    with _cache_lock(timeout=900):
+    with _cache_lock(timeout=1800):  # every build before it, when none is checked in
         if not (final / "COMPLETE").is_file() and not _unpacked(final):
             _build(version, variant, settings, final, seed)
     return BrokerStore(version, variant, final, float((final / "COMPLETE").read_text()))

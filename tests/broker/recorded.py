@@ -5,8 +5,9 @@ it instead of starting a broker for it: the stores the suite reads (one xz tar p
 here (a changed workload, a new variant, a store the product wrote differently) is made by the real broker as
 before. MANIFEST.json says which release wrote each store and when.
 
-``make broker-stores`` runs the suite, which notes every store and answer it used in ``<cache>/used.txt``, then
-``python -m tests.broker.recorded`` packs those and removes the ones no test used.
+``make broker-stores`` runs the suite with RMQSTORE_RECORDED=off (nothing taken from here), which notes every
+store and answer it used in ``<cache>/used.txt``, then ``python -m tests.broker.recorded`` packs those and removes
+the ones no test used.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import IO
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / "recorded"
@@ -28,6 +30,12 @@ STORES, ANSWERS, MANIFEST = RECORDED / "stores", RECORDED / "answers", RECORDED 
 # store log (test_bench reads it); the other logs stay in the cache
 PACKED = ("store", "broker.conf", "COMPLETE", "sent.jsonl", "sent-*.jsonl", "served.jsonl")
 PACKED += ("logs/rocketmqlogs/store.log",)
+HOLE = 1 << 16  # a zero run this long, aligned, is left a hole on unpacking
+
+
+def _enabled() -> bool:
+    """RMQSTORE_RECORDED=off: every store and answer from the real broker (make broker-stores)."""
+    return os.environ.get("RMQSTORE_RECORDED", "on") != "off"
 
 
 def _cache() -> Path:
@@ -42,20 +50,36 @@ def note_used(kind: str, name: str) -> None:
 
 
 def unpack_store(name: str, dest: Path) -> bool:
-    """The checked-in store `name` unpacked into `dest` (True), or False when none is checked in."""
+    """The checked-in store `name` unpacked into `dest` (True), or False when none is checked in. Zero runs stay
+    holes, as in the broker's preallocated files (a 100 MiB timerlog, a 38.7 MB timerwheel)."""
     archive = STORES / f"{name}.tar.xz"
-    if not archive.is_file():
+    if not _enabled() or not archive.is_file():
         return False
     shutil.rmtree(dest, ignore_errors=True)
     with tarfile.open(archive, "r:xz") as tar:
-        tar.extractall(dest, filter="data")
+        for member in tar:
+            safe = tarfile.data_filter(member, str(dest))  # refuses absolute paths, "..", links out of dest
+            if safe.isfile():
+                _write_sparse(tar.extractfile(safe), dest / safe.name, safe.size)
     return True
+
+
+def _write_sparse(src: IO[bytes] | None, path: Path, size: int) -> None:
+    assert src is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as out:
+        while chunk := src.read(HOLE):
+            if chunk.count(0) == len(chunk):
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
+        out.truncate(size)
 
 
 def answer(kind: str, key: str, suffix: str) -> bytes | None:
     """The checked-in broker answer `<kind>/<key><suffix>`, or None."""
     path = ANSWERS / kind / f"{key}{suffix}.xz"
-    return lzma.decompress(path.read_bytes()) if path.is_file() else None
+    return lzma.decompress(path.read_bytes()) if _enabled() and path.is_file() else None
 
 
 def _packed_files(store_dir: Path) -> list[Path]:
