@@ -254,7 +254,7 @@ def test_recover_after_kill9_gives_what_the_broker_serves_after_its_own_restart(
     recovered_view = queue_view(copy, data_end)
     # 4.9.7 only (5.5.0 writes no LMQ queue in DLedger mode): the restarted broker serves its LMQ queues with
     # other queue offsets than its files held at the crash and the records' INNER_MULTI_QUEUE_OFFSET say; not
-    # reproduced, so left out here (README: DLedger stores)
+    # reproduced, so left out here (docs/modes.md: DLedger stores)
     lmq = {q for q in served if q[0].startswith("%LMQ%")}
     assert not lmq if version >= "5" else lmq == {q for q in recovered_view if q[0].startswith("%LMQ%")}
     # a queue the served dump could not pull (4.9.7: RMQ_SYS_TRANS_OP_HALF_TOPIC, "topic not exist"): its max offset
