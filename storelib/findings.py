@@ -4,7 +4,8 @@ Used by rebuild (damaged segments, queue offset gaps), audit and recover. ``KIND
 kind, once: its area of the store, severity and meaning, whether ``rmqstore recover`` repairs it (or its
 checkpoint step answers it), whether it stops recover altogether and what to do then, whether the broker's
 load() fails on it or its recovery stops at it, whether it is damage to one record, whether it leaves a run
-incomplete. Code asks the kind; the README's table of kinds is checked against it (tests/test_findings.py).
+incomplete. Code asks the kind; the docs' tables of kinds are made from it (``kinds_table``, ``python -m
+storelib.findings --markdown``; tests/test_findings.py fails when a page's table differs).
 ``finding()`` is the only way a Finding is made, so an unregistered kind fails where it is emitted.
 ``Finding.to_dict`` is the documented, stable JSON schema of every report.
 """
@@ -12,6 +13,7 @@ incomplete. Code asks the kind; the README's table of kinds is checked against i
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable
 
 SEVERITIES = ("info", "warning", "error")
@@ -95,7 +97,7 @@ def _timer(severity: str, what: str, at_start: str, repairable: bool = False, st
 
 _SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
 
-#: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend
+#: every finding kind an audit reports (with those of the rebuild it includes), for the docs and the HTML legend
 KINDS: dict[str, Kind] = {
     # ConsumeQueue
     "cq-missing-tail": Kind(
@@ -462,3 +464,20 @@ def blocks_recover(f: Finding) -> bool:
 def finding_order(f: Finding) -> tuple[object, ...]:
     """Worst first, then by file and position: the order of every report."""
     return (-SEVERITIES.index(f.severity), f.file, f.queue_offset or -1, f.commitlog_offset or -1, f.kind)
+
+
+def kinds_table(areas: Iterable[str] = AREAS) -> str:
+    """The Markdown table of the kinds of ``areas``, in registry order: kind, severity, whether recover repairs it,
+    meaning."""
+    wanted = set(areas)
+    rows = ["| kind | severity | recover | meaning |", "|---|---|---|---|"]
+    for name, k in KINDS.items():
+        if k.area in wanted:
+            rows.append(f"| `{name}` | {k.severity} | {'yes' if k.repairable else ''} | {k.meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m storelib.findings --markdown [AREA ...]: the table of those areas' kinds
+    if sys.argv[1:2] != ["--markdown"]:
+        sys.exit("usage: python -m storelib.findings --markdown [AREA ...]")
+    print(kinds_table(sys.argv[2:] or AREAS))
