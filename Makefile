@@ -79,8 +79,10 @@ test-matrix: base
 test-quick: base
 	$(PYTEST) -m "not broker and not cluster and not s3 and not browser"
 
+# ruff, then mypy on storelib, udfs and jobs (settings in pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: base
 	$(PY) -m bench --dir $(BENCH_DIR) $(BENCH_ARGS)

@@ -189,7 +189,7 @@ def _last_clean_run(spark: Any, table: str, store_id: str) -> CleanRun | None:
 
 def _record(spark: Any, table: str, store_id: str, row: HistoryRecord) -> HistoryEntry:
     """Append the run to the history table: where it went, or why it could not."""
-    run = {
+    run: dict[str, Any] = {  # the summary row, JSON-like; append_history adds its run_id
         "store": store_id,
         **{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(row).items() if k != "findings"},
     }

@@ -202,7 +202,7 @@ def _stop_spark() -> None:
     from jobs.runtime.session import under_spark_submit
 
     active = SparkSession.getActiveSession()
-    if active is not None and (under_spark_submit() or not LOCAL_MASTER.fullmatch(active.sparkContext.master)):
+    if active is not None and (under_spark_submit() or not LOCAL_MASTER.fullmatch(active.sparkContext.master or "")):
         active.stop()
 
 

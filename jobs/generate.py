@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jobs.cli import add_broker_config, broker_config
 from storelib.broker.config import BrokerConfig, broker_config_from_properties
@@ -91,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> GeneratorSpec:
     """The preset's spec with every option given on the command line applied."""
     spec = PRESETS[args.preset].spec
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # GeneratorSpec fields, from the command line's values
     if args.messages is not None:
         changes |= {"messages": args.messages, "target_bytes": None}
     if args.size is not None:

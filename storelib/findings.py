@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict, Unpack
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -43,7 +44,7 @@ class Finding:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> Finding:
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:  # a report's JSON object
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -95,7 +96,10 @@ def _timer(severity: str, what: str, at_start: str, repairable: bool = False, st
     return Kind(AREA_TIMERS, severity, meaning, repairable, start_fails=start_fails, at_start=at_start)
 
 
-_SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
+def _segment_stops(meaning: str, start_fails: str = "") -> Kind:
+    """Records stop in the middle of the log: an error the broker's recovery stops at."""
+    return Kind(_LOG, "error", meaning, start_fails=start_fails, recovery=STOPS)
+
 
 #: every finding kind an audit reports (with those of the rebuild it includes), for the docs and the HTML legend
 KINDS: dict[str, Kind] = {
@@ -254,30 +258,16 @@ KINDS: dict[str, Kind] = {
         "the log ends with a damaged record the broker would truncate (recover --truncate-torn-tail)",
         True,
     ),
-    "segment-gap": Kind(meaning="commitlog segments missing between two segments", **_SEGMENT_STOPS),
-    "segment-size": Kind(
-        meaning="a commitlog segment of the wrong size",
-        start_fails="a commitlog segment has the wrong size",
-        **_SEGMENT_STOPS,
+    "segment-gap": _segment_stops("commitlog segments missing between two segments"),
+    "segment-size": _segment_stops(
+        "a commitlog segment of the wrong size", start_fails="a commitlog segment has the wrong size"
     ),
-    "segment-misaligned": Kind(
-        meaning="a segment name that is not a multiple of mappedFileSizeCommitLog", **_SEGMENT_STOPS
-    ),
-    "segment-torn": Kind(
-        meaning="records stop in the middle of the log: a record runs past its segment", **_SEGMENT_STOPS
-    ),
-    "segment-bad-magic": Kind(
-        meaning="records stop in the middle of the log at an unknown magic code", **_SEGMENT_STOPS
-    ),
-    "segment-bad-size": Kind(
-        meaning="records stop in the middle of the log at an impossible TOTALSIZE", **_SEGMENT_STOPS
-    ),
-    "segment-bad-blank": Kind(
-        meaning="records stop in the middle of the log at a BLANK of the wrong length", **_SEGMENT_STOPS
-    ),
-    "segment-zero-tail": Kind(
-        meaning="records stop in the middle of the log at zero bytes before the segment's end", **_SEGMENT_STOPS
-    ),
+    "segment-misaligned": _segment_stops("a segment name that is not a multiple of mappedFileSizeCommitLog"),
+    "segment-torn": _segment_stops("records stop in the middle of the log: a record runs past its segment"),
+    "segment-bad-magic": _segment_stops("records stop in the middle of the log at an unknown magic code"),
+    "segment-bad-size": _segment_stops("records stop in the middle of the log at an impossible TOTALSIZE"),
+    "segment-bad-blank": _segment_stops("records stop in the middle of the log at a BLANK of the wrong length"),
+    "segment-zero-tail": _segment_stops("records stop in the middle of the log at zero bytes before the segment's end"),
     "segments-skipped": Kind(
         _RUN,
         "error",
@@ -434,7 +424,25 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def finding(kind: str, file: str, message: str, **fields: object) -> Finding:
+class QueuePlace(TypedDict, total=False):
+    """Where in a queue (or a queue's file) a finding is."""
+
+    topic: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    file_offset: int | None
+
+
+class FindingFields(QueuePlace, total=False):
+    """The optional fields of a Finding, as ``finding()`` takes them."""
+
+    commitlog_offset: int | None
+    count: int | None
+    expected: str | None
+    actual: str | None
+
+
+def finding(kind: str, file: str, message: str, **fields: Unpack[FindingFields]) -> Finding:
     """A Finding of a registered kind, with the kind's severity: the only way findings are made."""
     if kind not in KINDS:
         raise KeyError(f"finding kind {kind!r} is not registered in storelib.findings.KINDS")

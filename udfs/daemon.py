@@ -93,7 +93,7 @@ class QuickAckReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self._in.read1(len(buffer))  # type: ignore[attr-defined]
+        data = self._in.read1(len(buffer))  # type: ignore[attr-defined]  # a buffered socket file has read1
         buffer[: len(data)] = data
         with contextlib.suppress(OSError):  # not a TCP socket: nothing delays its acknowledgements
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)

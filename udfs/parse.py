@@ -253,9 +253,9 @@ class _Tally:
         self.stretch_inputs: dict[int, RuleInputs] = {}  # by stretch (BrokerConfig.releaseStretches), when several
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
 
-    def add_entries(self, b: RecordBatch) -> None:
-        """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.formats.dledger``)."""
-        units = b.entries
+    def add_entries(self, b: RecordBatch, units: np.ndarray) -> None:
+        """Take a batch's DLedger entry headers (``b.entries``): damage where recovery would stop
+        (``storelib.formats.dledger``)."""
         before = None if not self.entries else (int(self.entries[-1]["index"]), int(self.entries[-1]["term"]))
         for at, kind, detail in entry_damage(units, b.physical_offset - DLEDGER_ENTRY_HEADER, before):
             self.damage.append(Damage(kind, at, detail))
@@ -301,7 +301,7 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
     seg = piece.segment
     start = 0
     if piece.lo:
-        found = find_record_start(stream.read_at, seg.start, seg.size, piece.lo)  # type: ignore[attr-defined]
+        found = find_record_start(stream.read_at, seg.start, seg.size, piece.lo)  # type: ignore[attr-defined]  # a random-access file
         if found is None:
             return None
         start = found
@@ -332,6 +332,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
         try:
             with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
                 scanner = _scan(piece, cfg, stream)
+                damage = scanner.damage if scanner is not None else []  # grows as the scan goes
                 for whole in scanner or ():
                     for stretch, lo, hi, c in cfg.stretch_parts(whole.physical_offset):
                         b = whole if hi - lo == len(whole) else whole.part(lo, hi)
@@ -344,11 +345,13 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
                         found = timer_records(b)
                         if found is not None:
                             timers.append(found)
-                        if b.entries is not None:
+                        if b.entries is not None:  # a DLedger segment's: its units file is open
+                            assert u is not None
                             u.write(b.entries.tobytes())
-                            tally.add_entries(b)
-                        tally.add(b, d, [x.offset for x in scanner.damage], c, stretch)
+                            tally.add_entries(b, b.entries)
+                        tally.add(b, d, [x.offset for x in damage], c, stretch)
             if scanner is not None:
+                assert scanner.end is not None  # set when the scan is done
                 end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")

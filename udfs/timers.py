@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -170,7 +171,17 @@ def summary(result: TimerAudit, written: list[str]) -> dict[str, object]:
     }
 
 
-def pending_by_topic(pending: list[rules.Message]) -> list[dict[str, object]]:
+class PendingTopic(TypedDict):
+    """The pending messages of one kind (timer, delay) and real topic."""
+
+    kind: str
+    topic: str
+    pending: int
+    first_due_ms: int
+    last_due_ms: int
+
+
+def pending_by_topic(pending: list[rules.Message]) -> list[PendingTopic]:
     """Per kind (timer, delay) and real topic: how many messages are pending, the earliest and the latest due."""
     by: dict[tuple[str, str], list[int]] = {}
     for m in pending:

@@ -56,7 +56,8 @@ class _QueueWriter:
         unit = self.unit
         self.last_commitlog_offset = int.from_bytes(units[-unit : -unit + 8], "big", signed=True)
         if self.refused is None:
-            files = self.files.add_run(units) if self.batch else self.files.add_run(first_queue_offset, units)
+            f = self.files
+            files = f.add_run(units) if isinstance(f, BatchQueueFiles) else f.add_run(first_queue_offset, units)
             self._write(files)
 
     def _write(self, files: Iterator[tuple[str, bytes]]) -> None:
@@ -165,7 +166,7 @@ def read_entries(uri: str, first: int, stop: int, out: np.ndarray | None = None)
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
         f.seek(first * _ENTRY_SIZE)
-        view = memoryview(out.view(np.uint8))
+        view = out.view(np.uint8).data
         have = 0
         while have < len(view):
             got = f.readinto(view[have:])

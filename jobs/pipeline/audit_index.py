@@ -140,8 +140,8 @@ def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> li
     live: dict[int, list[str]] = collections.defaultdict(list)
     built: dict[int, list[str]] = collections.defaultdict(list)
     for r in rows:
-        for k in r.ranges if r.live and r.header else []:
-            live[k].append(r.live)
+        for k in r.ranges if r.header else []:  # a header was read: the live file is there
+            live[k].append(r.live or "")
         f = files.get(r.rebuilt) if r.rebuilt else None
         if f and f.index_count > 1:
             first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()

@@ -114,7 +114,8 @@ def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     out = []
     for (_, (live_names, _)), qa in done:
         found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))
-        out.append(qa.row)
+        if qa.row:
+            out.append(qa.row)
     return out, found
 
 

@@ -96,11 +96,11 @@ def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
         pieces.setdefault(piece.segment.name, []).append(PieceSummary.from_json(read_file(fs, path).decode()))
         segments[piece.segment.name] = piece.segment
     merged = {name: merge_pieces(segments[name], p) for name, p in pieces.items()}
-    disagree = frozenset(name for name, summary in merged.items() if summary is None)
-    if disagree:
-        raise RangesDisagree(disagree)
+    settled = {name: summary for name, summary in merged.items() if summary is not None}
+    if len(settled) < len(merged):
+        raise RangesDisagree(frozenset(merged.keys() - settled.keys()))
     entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
-    return Parsed(settle_torn_tail(list(segments.values()), merged), entries)  # type: ignore[arg-type]
+    return Parsed(settle_torn_tail(list(segments.values()), settled), entries)
 
 
 #: seconds between two listings of the scratch directory while the parse runs: a local listing costs ~0.1 ms and

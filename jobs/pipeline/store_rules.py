@@ -11,6 +11,7 @@ import io
 import itertools
 import sys
 from collections.abc import Iterable
+from typing import TypedDict
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -23,6 +24,7 @@ from storelib.broker.versions import (
     CONFIG_JSON,
     DEFAULT_RELEASE,
     BrokerRules,
+    RecordClues,
     RuleInputs,
     StoreFacts,
     Stretch,
@@ -162,8 +164,9 @@ def _first_of_run(marks: list[Mark], first_told: int, ends_02: bool) -> int:
     return marks[at][0]
 
 
-def _told(marks: list[Mark]) -> list[Mark]:
-    return [m for m in marks if m[1] is not None]
+def _told(marks: list[Mark]) -> list[tuple[int, bool]]:
+    """(offset, ends with 0x02) of the broker-encoded records."""
+    return [(m[0], m[1]) for m in marks if m[1] is not None]
 
 
 def _sources(read: dict[str, list[Mark]], lo: int, hi: int) -> tuple[str, ...]:
@@ -240,7 +243,7 @@ def store_facts(
     index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
     cfg49 = dataclasses.replace(cfg, brokerVersion=DEFAULT_RELEASE)  # the sample's dispatch: keys, tags, LMQ
-    counts: dict[str, int] = {}
+    counts: RecordClues = {}
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
     lmq_sources: set[str] = set()
     for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
@@ -290,7 +293,12 @@ def _slot_counts(
     return ()
 
 
-def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:
+class _ConfigFacts(TypedDict):
+    config_entries: frozenset[str]
+    config_keys: frozenset[str]
+
+
+def _config_facts(fs: pafs.FileSystem, root: str) -> _ConfigFacts:
     """StoreFacts ``config_entries`` (the names in config/) and ``config_keys`` (of its CONFIG_JSON files)."""
     entries = _entries(fs, join(root, "config"))
     files = [i for i in entries if i.base_name in CONFIG_JSON and i.type == pafs.FileType.File]

@@ -109,6 +109,7 @@ def make_archive(archive: Path) -> None:
         option = f"spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={dump}"
         spark, _ = spark_session("rmqstore-cds", "local[2]", overrides=[option])
         rebuild(Run(spark, load_broker_config(conf)), str(store), str(Path(tmp) / "out"))
+        assert SparkContext._gateway is not None  # the session's driver JVM
         jvm = SparkContext._gateway.proc
         spark.stop()
         jvm.stdin.close()  # the driver JVM exits at the end of its standard input

@@ -145,7 +145,7 @@ def _launch_quiet_gateway(settings: dict[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(settings.items()), {"stderr": subprocess.PIPE})
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(settings.items())), {"stderr": subprocess.PIPE})
     threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)
 
@@ -155,6 +155,7 @@ def _quiet_running_driver() -> None:
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
+    assert jvm is not None  # spark-submit started the driver JVM
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     location = context.getConfiguration().getConfigurationSource().getLocation()
     if location is None or location.endswith(SPARK_DEFAULT_LOG4J):
@@ -259,8 +260,8 @@ def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds
             _launch_quiet_gateway(settings)
     ours_only = {"spark.app.name": app} | {k: v for k, v in settings.items() if submitted.get(k) != v}
     # the SparkContext first, then the SQL session on it (builder.getOrCreate takes the running context): the
-    # executors' Python workers start while the JVM makes the session (~0.4 s) and the first query is planned
-    sc = SparkContext.getOrCreate(SparkConf().setAll(ours_only.items()))
+    # executors' Python workers start while the JVM makes the session and the first query is planned
+    sc = SparkContext.getOrCreate(SparkConf().setAll(list(ours_only.items())))
     if quiet:
         sc.setLogLevel("ERROR")
     threading.Thread(target=_warm_python_workers, args=(sc,), daemon=True).start()

@@ -11,7 +11,7 @@ import numpy as np
 
 from storelib.audit.queues import QueueAudit, max_physic_offset, queue_row
 from storelib.broker.config import BrokerConfig
-from storelib.findings import Finding, finding, is_divergence
+from storelib.findings import Finding, QueuePlace, finding, is_divergence
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
 from storelib.layout import (
     offset_file_name,
@@ -75,7 +75,11 @@ def classify_batch_queue(
     for name, data in sorted(live.items()):
         if len(data) != q.file_size:
             message = f"file is {len(data)} bytes, not {q.file_size}; the broker will not load it"
-            where = {"topic": topic, "queue_id": queue_id, "file_offset": len(data) - len(data) % fmt.unit_size}
+            where: QueuePlace = {
+                "topic": topic,
+                "queue_id": queue_id,
+                "file_offset": len(data) - len(data) % fmt.unit_size,
+            }
             q.findings.append(finding("cq-torn-file", f"{q.rel_dir}/{name}", message, **where, count=1))
     live_base, rebuilt_base = lv["msg_base_offset"][: q.l_end], rb["msg_base_offset"][: q.r_end]
     if q.r_end and not live:

@@ -71,7 +71,9 @@ def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) ->
     ]
 
 
-def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: bytes, cfg: BrokerConfig) -> list[Finding]:
+def compare_index_files(
+    file: str, live: bytes | memoryview, rebuilt_name: str, rebuilt: bytes | memoryview, cfg: BrokerConfig
+) -> list[Finding]:
     """The first difference between a live IndexFile and the rebuilt one at the same position (memory: a chunk)."""
     n = min(len(live), len(rebuilt))
     at, differ = differing_bytes(live, rebuilt, n)
@@ -86,10 +88,10 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
         act = ", ".join(f"{k} {v}" for k, v in zip(fields, _header(live)) if k in names)
     elif at < slots_end:
         where = f"hash slot {(at - INDEX_HEADER_SIZE) // INDEX_HASH_SLOT_SIZE}"
-        exp = act = None
+        exp = act = ""
     else:
         where = f"entry {(at - slots_end) // INDEX_ENTRY_SIZE}"
-        exp = act = None
+        exp = act = ""
     return [
         finding(
             "index-file-differs",
@@ -103,7 +105,9 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
     ]
 
 
-def differing_bytes(live: bytes, rebuilt: bytes, n: int, chunk: int = 1 << 23) -> tuple[int, int]:
+def differing_bytes(
+    live: bytes | memoryview, rebuilt: bytes | memoryview, n: int, chunk: int = 1 << 23
+) -> tuple[int, int]:
     """The first differing byte of the first ``n`` (``n`` when none) and how many differ, ``chunk`` at a time."""
     first, count = n, 0
     for at in range(0, n, chunk):
@@ -114,5 +118,5 @@ def differing_bytes(live: bytes, rebuilt: bytes, n: int, chunk: int = 1 << 23) -
     return first, count
 
 
-def _header(data: bytes) -> tuple[int, ...]:
+def _header(data: bytes | memoryview) -> tuple[int, ...]:
     return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= INDEX_HEADER_SIZE else ()

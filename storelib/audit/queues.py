@@ -20,7 +20,7 @@ from storelib.constants import (
     CQ_STORE_UNIT_SIZE,
     SCHEDULE_TOPIC,
 )
-from storelib.findings import Finding, finding, is_divergence, worst
+from storelib.findings import Finding, QueuePlace, finding, is_divergence, worst
 from storelib.formats.consumequeue import CONSUME_QUEUE, UNIT_DTYPE, decode_units, is_pre_blank
 from storelib.layout import (
     offset_file_name,
@@ -194,7 +194,7 @@ class _Queue:
     def path(self, i: int) -> str:
         return f"{self.rel_dir}/{offset_file_name((self.base + i) // self.per_file * self.file_size)}"
 
-    def where(self, i: int) -> dict[str, object]:
+    def where(self, i: int) -> QueuePlace:
         return {
             "topic": self.topic,
             "queue_id": self.queue_id,

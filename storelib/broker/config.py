@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import javaproperties
 import numpy as np
@@ -198,7 +199,9 @@ def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
     file is ignored."""
     props = with_new_names(props)
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in _FROM_STORE}
-    kwargs = {name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields}
+    kwargs: dict[str, Any] = {  # each value coerced to its field's type
+        name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields
+    }
     cfg = BrokerConfig(**kwargs)
     validate(cfg)
     return cfg

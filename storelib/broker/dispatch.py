@@ -348,7 +348,7 @@ def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarra
     start, length = crc_value
     out = []
     record_start = batch.props_start + batch.props_len - batch.total_size
-    raw = memoryview(batch.buf)
+    raw = batch.buf.data
     for i in np.flatnonzero(start >= 0).tolist():
         stored = property_crc(_text(batch.buf, start[i], length[i]))
         begin = int(record_start[i])

@@ -19,10 +19,11 @@ import json
 import struct
 import zlib
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.versions import RuleInputs
-from storelib.findings import KINDS, Finding, finding
+from storelib.findings import KINDS, Finding, FindingFields, finding
 from storelib.formats.commitlog import (
     COMMITLOG_FRAMING,
     DAMAGE_LENGTH,
@@ -101,14 +102,14 @@ class SegmentSummary:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, object]) -> SegmentSummary:
+    def from_row(cls, row: Mapping[str, Any]) -> SegmentSummary:  # a JSON object or a Spark row
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in row.items() if k in fields}
-        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
-        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})  # type: ignore[arg-type]
+        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())
+        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})
         stretches = row.get("stretch_inputs") or ()
-        values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)  # type: ignore[attr-defined]
-        return cls(**values)  # type: ignore[arg-type]
+        values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> SegmentSummary:
@@ -366,7 +367,7 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     for i, seg in enumerate(segments):
         s = summaries[seg.name]
         rel = seg.rel
-        where = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
+        where: FindingFields = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
         if s.end_reason == END_UNREADABLE:
             findings.append(finding("unreadable-file", rel, s.detail, commitlog_offset=seg.start))
         elif i < last and s.end_reason not in (END_BLANK, END_EOF):
@@ -412,7 +413,7 @@ def entry_chain_findings(segments: list[Segment], summaries: Mapping[str, Segmen
     out = []
     with_entries = [(seg, summaries[seg.name]) for seg in segments if summaries[seg.name].first_entry_index >= 0]
     for (_, prev), (seg, s) in itertools.pairwise(with_entries):
-        where = {"commitlog_offset": seg.start, "file_offset": 0}
+        where: FindingFields = {"commitlog_offset": seg.start, "file_offset": 0}
         if s.first_entry_index != prev.last_entry_index + 1:
             message = f"entry index {s.first_entry_index} after {prev.last_entry_index} (end of {prev.segment})"
             out.append(finding(ENTRY_INDEX, seg.rel, message, **where))

@@ -27,6 +27,8 @@ import dataclasses
 import itertools
 import json
 import re
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -103,7 +105,7 @@ class RuleSet:
         5.2.0 broker's own %LMQ% queues show it (tests/broker/FACTS.md)."""
         prefixes = [p for p in self.lmq_skip_source_prefixes if p not in self.lmq_offset_skip_prefixes]
         topics = [t for t in self.lmq_skip_source_topics if t not in self.lmq_offset_skip_topics]
-        return self.multi_dispatch and bool(prefixes or [t for t in topics if not t.startswith(prefixes)])
+        return self.multi_dispatch and bool(prefixes or [t for t in topics if not t.startswith(tuple(prefixes))])
 
     @property
     def recovery(self) -> tuple[str, str, bool, bool]:
@@ -212,7 +214,7 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
 def _rule_sets() -> tuple[RuleSet, ...]:
     rows = [_FIRST_ROW]
     for name, first, verified_by, changes in _CHANGES:
-        rows.append(dataclasses.replace(rows[-1], name=name, first=first, verified_by=verified_by, **changes))  # type: ignore[arg-type]
+        rows.append(dataclasses.replace(rows[-1], name=name, first=first, verified_by=verified_by, **changes))  # type: ignore[arg-type]  # RuleSet fields
     return tuple(rows)
 
 
@@ -344,7 +346,17 @@ def broker_encoded(b: RecordBatch) -> np.ndarray:
     return made & (values["INNER_MULTI_DISPATCH"][0] < 0) & (b.props_len > 0)
 
 
-def record_clues(b: RecordBatch, counts: dict[str, int]) -> dict[str, int]:
+class RecordClues(TypedDict, total=False):
+    """The StoreFacts fields counted over sampled records (``record_clues``)."""
+
+    v2_records: int
+    props_records: int
+    props_ending_02: int
+    crc_property_records: int
+    repeated_name_records: int
+
+
+def record_clues(b: RecordBatch, counts: RecordClues) -> RecordClues:
     """``counts`` (StoreFacts record fields) plus a batch of sampled records: V2 magic, broker-encoded property
     strings (``broker_encoded``) ending in 0x02, a ``__CRC32#`` piece as the last 20 bytes, and a property name held
     twice."""
@@ -657,9 +669,9 @@ class RuleInputs:
         )
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> RuleInputs:
-        sources = tuple((str(t), int(n)) for t, n in d.get("lmq_sources") or ())  # type: ignore[attr-defined]
-        return cls(**{**d, "lmq_sources": sources})  # type: ignore[arg-type]
+    def from_dict(cls, d: Mapping[str, Any]) -> RuleInputs:  # a JSON object
+        sources = tuple((str(t), int(n)) for t, n in d.get("lmq_sources") or ())
+        return cls(**{**d, "lmq_sources": sources})
 
 
 def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:

@@ -20,7 +20,7 @@ import ipaddress
 import struct
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -350,7 +350,7 @@ class RecordBatch:
 
     def part(self, lo: int, hi: int) -> RecordBatch:
         """Records ``lo`` up to ``hi`` of the batch (the same buffer and topic names)."""
-        values = {}
+        values: dict[str, Any] = {}  # each field, whatever its type
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             values[f.name] = v[lo:hi] if isinstance(v, np.ndarray) and f.name != "buf" else v
@@ -388,7 +388,7 @@ def check_record(head: np.ndarray, left: int) -> Check:
     segment: the module docstring's rules (a message, a BLANK of exactly the bytes left, or zeros)."""
     if left < 8:
         return ((END_TORN, f"{left} stray bytes at the end") if head.any() else (END_ZERO_TAIL, "")), 0
-    total, magic = _II.unpack_from(head)
+    total, magic = _II.unpack_from(head.data)
     if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
         if total < MIN_RECORD_SIZE:
             return (END_BAD_SIZE, f"TOTALSIZE {total} is below the {MIN_RECORD_SIZE}-byte minimum"), 0
@@ -410,7 +410,7 @@ def check_entry(head: np.ndarray, left: int) -> Check:
     zeros after it, no BLANK record), or zeros (``MmapFileList.preAppend``, ``DLedgerEntryCoder``)."""
     if left < 8:
         return check_record(head, left)
-    magic, size = _II.unpack_from(head)
+    magic, size = _II.unpack_from(head.data)
     if magic == DLEDGER_BLANK_MAGIC:
         if size != left:
             return (END_BAD_BLANK, f"end-of-file mark says {size} bytes left, but {left} are"), 0
@@ -428,7 +428,7 @@ def check_entry(head: np.ndarray, left: int) -> Check:
     if stop is None and total == body:
         return None, size
     if stop is None or stop[0] in (END_TORN, END_BAD_SIZE):
-        total = _II.unpack_from(head, DLEDGER_ENTRY_HEADER)[0]
+        total = _II.unpack_from(head.data, DLEDGER_ENTRY_HEADER)[0]
         return (END_BAD_SIZE, f"entry size {size}, but its record's TOTALSIZE is {total}"), 0
     return (END_BAD_MAGIC, f"the entry holds no message record ({stop[1] or stop[0]})"), 0
 
@@ -562,7 +562,7 @@ class SegmentScanner:
         new = np.empty(max(need, self.chunk_size, len(keep)), dtype=np.uint8)
         new[: len(keep)] = keep
         have = len(keep)
-        view = memoryview(new)
+        view = new.data
         while have < len(new):
             got = self._read_into(view[have:])
             if not got:
@@ -573,7 +573,7 @@ class SegmentScanner:
     def _read_into(self, view: memoryview) -> int:
         """``readinto`` where the stream has it (files, pyarrow streams); a copy of ``read`` where not."""
         try:
-            return self.stream.readinto(view) or 0
+            return self.stream.readinto(view) or 0  # type: ignore[attr-defined]  # BinaryIO does not declare it
         except (AttributeError, NotImplementedError, io.UnsupportedOperation):
             piece = self.stream.read(len(view))
             view[: len(piece)] = piece

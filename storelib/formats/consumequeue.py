@@ -156,9 +156,9 @@ class QueueFiles:
             if j > i:
                 rel = pos[i:j] - self._buf_start
                 if rel[-1] - rel[0] == (j - 1 - i) * CQ_STORE_UNIT_SIZE:  # consecutive: one copy
-                    self._buf[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
+                    self._file[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
                 else:
-                    view = np.frombuffer(self._buf, dtype=np.uint8)
+                    view = np.frombuffer(self._file, dtype=np.uint8)
                     view[(rel[:, None] + np.arange(CQ_STORE_UNIT_SIZE)).ravel()] = data[i:j].ravel()
                 i = j
             if i < len(qo):
@@ -187,12 +187,18 @@ class QueueFiles:
                 self._open(file_start((pos + done) // CQ_STORE_UNIT_SIZE, self.file_size), pre_blank_until=None)
             rel = pos + done - self._buf_start
             take = min(len(units) - done, self.file_size - rel)
-            self._buf[rel : rel + take] = units[done : done + take]
+            self._file[rel : rel + take] = units[done : done + take]
             done += take
             if rel + take == self.file_size:
                 yield from self._emit()
         self.entries += n
         self.next_offset = first_queue_offset + n
+
+    @property
+    def _file(self) -> bytearray:
+        """The file being filled: ``_open`` made it."""
+        assert self._buf is not None
+        return self._buf
 
     def _open(self, start: int, pre_blank_until: int | None) -> None:
         self._buf = bytearray(self.file_size)

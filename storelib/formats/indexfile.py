@@ -317,7 +317,7 @@ class IndexFileSeries:
 
     def finish(self) -> list[tuple[IndexHeader, bytes]]:
         """The remaining files, including the broker's empty tail file when one is due."""
-        out = []
+        out: list[tuple[IndexHeader, bytes]] = []
         if not self.cfg.messageIndexEnable or self._last_message_offset < 0:
             return out
         while self._pending > 0:

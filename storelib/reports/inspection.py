@@ -264,10 +264,10 @@ def _segments(
                 if first_ts is None:
                     first_ts = int(batch.store_timestamp[0])
                 topics.update(batch.topic)
-                found = timer_records(batch) if timer_batches is not None else None
-                if found is not None:
+                if timer_batches is not None and (found := timer_records(batch)) is not None:
                     timer_batches.append(found)
         end = scanner.end
+        assert end is not None  # set when the scan is done
         out.append(
             SegmentInfo(
                 name=entry.name,

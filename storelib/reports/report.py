@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.restart import Restart, SegmentFacts
@@ -17,6 +17,9 @@ from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
 from storelib.formats.checkpoint import Checkpoint
 from storelib.formats.indexfile import IndexHeader
 from storelib.reports.plan import Plan, Step
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 REBUILD_FORMAT = "rmq-store-rebuild/1"
 REBUILD_REPORT = "rebuild.json"
@@ -452,8 +455,8 @@ class AuditReport:
         )
 
 
-def _as_json(record: object) -> dict[str, Any] | None:
-    return dataclasses.asdict(record) if record is not None else None  # type: ignore[call-overload]
+def _as_json(record: DataclassInstance | None) -> dict[str, Any] | None:
+    return dataclasses.asdict(record) if record is not None else None
 
 
 def sorted_findings(findings: list[Finding]) -> list[Finding]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import shlex
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
@@ -17,8 +18,8 @@ from storelib.layout import CHECKPOINT, COMMITLOG
 from storelib.reports.plan import Step
 from storelib.reports.report import AuditReport
 
-#: report.json's ``verdict`` and its parts (JSON objects)
-Json = dict[str, object]
+#: report.json's ``verdict`` and its parts: JSON objects, read back by key
+Json = dict[str, Any]
 
 BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
 

@@ -26,8 +26,9 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -279,7 +280,7 @@ class _Workload:
         self.clients_v4 = [self._client(i, v6=False) for i in range(_CLIENTS)]
         self.clients_v6 = [self._client(i, v6=True) for i in range(_CLIENTS)]
         self.uniq_counter = 0
-        self.serial = Counter()  # per key prefix
+        self.serial: Counter[str] = Counter()  # per key prefix
         self.records = 0
         self.by_record: list[tuple[int, int, str, Message]] = []  # heap: (due record, seq, kind, origin)
         self.by_time: list[tuple[int, int, str, Message]] = []  # heap: (due time, seq, kind, origin)
@@ -299,7 +300,7 @@ class _Workload:
     def _chance(self, p: float) -> bool:
         return self.rng.random() < p
 
-    def _pick(self, seq: tuple[str, ...] | list) -> object:
+    def _pick(self, seq: Sequence[str]) -> str:
         return seq[int(self.rng.random() * len(seq))]
 
     def _store_host(self) -> str:
@@ -480,7 +481,7 @@ class _SegmentWriter:
         self.on_finished = on_finished
         self.offset = 0  # the next record's physical offset
         self.start = 0  # current segment's start offset
-        self.file = None
+        self.file: BinaryIO | None = None
         self.segments: list[Path] = []
         self.blanks = 0
 
@@ -492,8 +493,8 @@ class _SegmentWriter:
         return self.offset if length + END_FILE_MIN_BLANK_LENGTH <= left else self.start + self.size
 
     def write(self, data: bytes, at: int) -> None:
-        if at != self.offset:
-            self.file.write(encode_blank(at - self.offset))
+        if at != self.offset:  # the next segment: a BLANK ends this one
+            self._current().write(encode_blank(at - self.offset))
             self.blanks += 1
             self._close()
             self.start = self.offset = at
@@ -504,9 +505,14 @@ class _SegmentWriter:
         self.file.write(data)
         self.offset += len(data)
 
+    def _current(self) -> BinaryIO:
+        assert self.file is not None, "no segment is open"
+        return self.file
+
     def _close(self) -> None:
-        self.file.truncate(self.size)  # preallocated: zero-filled after the last record
-        self.file.close()
+        f = self._current()
+        f.truncate(self.size)  # preallocated: zero-filled after the last record
+        f.close()
         self.file = None
         self.on_finished(self.segments[-1], self.start)
 
@@ -537,6 +543,7 @@ class _Dispatcher:
             scanner = SegmentScanner(f, path.name, start, self.cfg.mappedFileSizeCommitLog, check_crc=False)
             for batch in scanner:
                 self._batch(batch)
+        assert scanner.end is not None  # set when the scan is done
         if not scanner.end.clean or scanner.damage:
             raise RuntimeError(f"generator wrote a bad segment: {scanner.end} {scanner.damage[:1]}")
 

@@ -45,6 +45,7 @@ def tear_commitlog_tail(store: Path, cfg: BrokerConfig) -> str:
         scanner = SegmentScanner(f, commitlog_file(last.name), start, cfg.mappedFileSizeCommitLog, check_crc=False)
         for _ in scanner:
             pass
+    assert scanner.end is not None  # set when the scan is done
     end = scanner.end.offset
     if end - start + len(TORN_HEAD) > cfg.mappedFileSizeCommitLog:
         raise ValueError(f"{commitlog_file(last.name)} is full: no room for a torn record after offset {end}")
