@@ -19,7 +19,8 @@ import sys
 from typing import Any
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, jar_needs, spark_run
-from jobs.pipeline.audit_flow import DEFAULT_INDEX_SAMPLE, audit
+from jobs.pipeline.audit_flow import audit
+from jobs.pipeline.audit_types import DEFAULT_INDEX_SAMPLE
 from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
 from jobs.tables.history import append_history, last_clean_run

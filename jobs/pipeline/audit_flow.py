@@ -22,52 +22,25 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import time
-from collections.abc import Mapping
 
 from jobs.pipeline.audit_index import audit_index, compare_index
 from jobs.pipeline.audit_log import LogStart, audit_log
 from jobs.pipeline.audit_queues import audit_queues
-from jobs.pipeline.audit_result import AuditResult, Counts, Recorder, finish
+from jobs.pipeline.audit_result import AuditResult, Counts, finish
+from jobs.pipeline.audit_types import DEFAULT_INDEX_SAMPLE, Audit, Recorder
 from jobs.pipeline.context import Found, Run
 from jobs.pipeline.dledger_files import audit_dledger
-from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
+from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.rebuild_flow import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from jobs.pipeline.tasks import submit_inheriting
 from jobs.pipeline.timers import audit_timers
-from storelib.audit.scope import CleanRun, Scope, audit_scope, stale_finding
-from storelib.broker.config import BrokerConfig
+from storelib.audit.scope import CleanRun, audit_scope, stale_finding
 from storelib.broker.segments import Segment, SegmentSummary, damage_findings, judge_ends
 from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
 from storelib.reports.report import REBUILD_REPORT, QueueRow, RebuildReport
 from udfs.fs import join, read_file, resolve
-
-DEFAULT_INDEX_SAMPLE = 200_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Audit:
-    """What every stage of one audit reads, resolved once before the first: the store and its rebuilt index, the
-    settings with the store's broker rules, the scope, the audited segments and their summaries."""
-
-    run: Run
-    cfg: BrokerConfig
-    rules: BrokerRules | None  # the store's broker rules, settled by the parse
-    store: str
-    rebuilt: str
-    rebuilt_temporary: bool  # rebuilt into the work directory, removed when the audit ends
-    scope: Scope
-    rebuild_report: RebuildReport
-    segments: tuple[Segment, ...]  # the audited ones
-    summaries: Mapping[str, SegmentSummary]
-    before: StoreState  # the store when the audit started
-    t0: float
-    index_sample: int = DEFAULT_INDEX_SAMPLE
-    report_dir: str | None = None
-    broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
-    record: Recorder | None = None  # --history
-    scratch: str | None = None  # the scan's timer records (--rebuilt); None: the audit's own rebuild judged the timers
 
 
 def audit(

@@ -33,8 +33,8 @@ from storelib.layout import index_file
 from udfs.audit_tasks import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
+    from jobs.pipeline.audit_types import Audit
 
 
 @dataclasses.dataclass(frozen=True)

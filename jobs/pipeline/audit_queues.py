@@ -35,7 +35,7 @@ from udfs.audit_tasks import QueueTask, audit_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 
 def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:

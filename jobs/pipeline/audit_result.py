@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from jobs.pipeline.audit_queues import stopping_queues
-from jobs.pipeline.context import Found
+from jobs.pipeline.context import Found, tool_version
 from storelib.audit.scope import Scope
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import messages_from
@@ -31,12 +31,8 @@ from storelib.reports.verdict import verdict
 from udfs.audit_tasks import IndexPosition
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
-
-#: the verb's history table: given what it keeps of the finished run, appends it, says where (report.json's
-#: ``run.history``) before the report is written
-Recorder = Callable[[HistoryRecord], HistoryEntry]
+    from jobs.pipeline.audit_types import Audit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +81,6 @@ def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: i
 def _run(a: Audit, log: LogStart | None, scope: Scope, finished: dt.datetime, history: HistoryEntry | None) -> AuditRun:
     """report.json's ``run``: what was audited, when, the broker's next start, the scope, how the verdict was
     reached (the tool, the settings, Spark)."""
-    from jobs.cli import tool_version
-
     return AuditRun(
         store=a.store,
         rebuilt=a.rebuilt,

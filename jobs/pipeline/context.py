@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import importlib.metadata
 import posixpath
 import time
 import uuid
@@ -20,6 +21,14 @@ from storelib.broker.versions import BrokerRules
 from storelib.findings import Finding
 from storelib.reports.plan import Step
 from udfs.fs import resolve
+
+
+def tool_version() -> str:
+    """This toolkit's version, as installed (pyproject.toml's ``version``)."""
+    try:
+        return importlib.metadata.version("rmq-store-rebuild")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 @dataclasses.dataclass

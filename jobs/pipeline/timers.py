@@ -19,7 +19,7 @@ from udfs.fs import join, list_files, resolve
 from udfs.timers import RESULT_SCHEMA, timer_task
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 TIMER_FILES = ("timerwheel", "config/timercheck", "config/delayOffset.json")
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.runtime.cds import archive_option
+from jobs.runtime.cds_archive import archive_option
 from jobs.runtime.jars import ALL_JARS, JarNeeds, jar_defaults
 from storelib.broker.config import parse_properties
 from storelib.errors import ConfigError
@@ -43,8 +43,8 @@ JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself
 #: RDD jobs (the warm-up's, the audit's per-file tasks) and the Arrow ones share one daemon, started once, not a
 #: second one, loading the kernel again, when the parse begins
 LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon", "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1"}
-#: the same local master: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
-#: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB). C1 alone shrinks the
+#: the same local master: the JVM only moves Arrow batches and shuffle blocks for a short run, and C2's compiling
+#: costs more than it saves (make bench measures it). C1 alone shrinks the
 #: code cache to 48 MB, which a long session (the test suite: ~250 queries) fills: the JVM then dies, so the
 #: cache keeps the tiered default's size. Left out when the user's options set either.
 LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
@@ -116,7 +116,7 @@ def has_own_log4j(settings: dict[str, str]) -> bool:
 
 def local_jvm_options(settings: dict[str, str]) -> dict[str, str]:
     """The driver JVM's options with LOCAL_JVM_OPTION added unless the user's set a compiler level or code cache,
-    and the class-data archive (jobs/runtime/cds.py) when there is one and the user's choose nothing about class
+    and the class-data archive (jobs/runtime/cds_archive.py) when there is one and the user's choose nothing about class
     sharing."""
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
@@ -218,7 +218,7 @@ def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.fu
 
 
 def _import_converters() -> None:
-    """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas, ~0.15 s) at the first call
+    """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas) at the first call
     into the JVM; imported on a thread of its own while a new session's JVM starts, it is not waited for after it.
     The session's thread holds no import lock when it calls into the JVM, so it only waits for this import; any
     failure here is left for that first call to meet again."""

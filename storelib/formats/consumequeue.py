@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
 from storelib.layout import CONSUMEQUEUE, offset_file_name, queue_dir
 
-if TYPE_CHECKING:
-    from storelib.broker.config import BrokerConfig
+
+class QueueSettings(Protocol):
+    """The broker settings that size consume queue files (storelib.broker.config.BrokerConfig has them)."""
+
+    @property
+    def mappedFileSizeConsumeQueue(self) -> int: ...
+
+    @property
+    def mapperFileSizeBatchConsumeQueue(self) -> int: ...
+
 
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
@@ -69,7 +77,7 @@ class QueueFormat:
     def unit_size(self) -> int:
         return self.unit.itemsize
 
-    def file_size(self, cfg: BrokerConfig) -> int:
+    def file_size(self, cfg: QueueSettings) -> int:
         return int(getattr(cfg, self.size_setting))
 
     def queue_dir(self, topic: str, queue_id: int) -> str:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from storelib.broker.config import BrokerConfig
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import StoreFormatError
 from storelib.formats import kernel
@@ -28,6 +27,23 @@ from storelib.formats.javahash import index_key_hash, java_hash
 
 if TYPE_CHECKING:
     import mmap
+
+
+class IndexSettings(Protocol):
+    """The broker settings an IndexFile is written by (storelib.broker.config.BrokerConfig has them)."""
+
+    @property
+    def maxHashSlotNum(self) -> int: ...
+
+    @property
+    def maxIndexNum(self) -> int: ...
+
+    @property
+    def messageIndexEnable(self) -> bool: ...
+
+    @property
+    def hash_slot_every_put(self) -> bool: ...
+
 
 _HEADER = struct.Struct(">qqqqii")
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
@@ -72,14 +88,14 @@ def build_index_file(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> tuple[IndexHeader, bytes]:
     """One whole IndexFile (see ``build_index_file_head``), zero-filled to its full size."""
     header, head = build_index_file_head(key_hash, phy_offset, store_timestamp, inherited, cfg)
     return header, bytes(head) + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
 
 
-def index_file_head_size(entries: int, cfg: BrokerConfig) -> int:
+def index_file_head_size(entries: int, cfg: IndexSettings) -> int:
     """The bytes of an IndexFile before its zeros: the header alone when it has no entry, else the header, the slot
     table, entry 0 (never used) and entries 1..n."""
     if entries == 0:
@@ -92,7 +108,7 @@ def build_index_file_head(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> tuple[IndexHeader, bytearray]:
     """The start of one IndexFile (``put_index_file_head`` into a new buffer of ``index_file_head_size``)."""
     head = bytearray(index_file_head_size(len(key_hash), cfg))
@@ -105,7 +121,7 @@ def put_index_file_head(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> IndexHeader:
     """One IndexFile's header, slots and used entries from its entries in put order, one compiled pass, into
     ``out``: the file's first ``index_file_head_size`` bytes (or more), zeros.
@@ -155,7 +171,7 @@ def _ints(values: object) -> np.ndarray:
 class IndexFileReader:
     """An IndexFile read back, with the broker's key lookup."""
 
-    def __init__(self, data: bytes | memoryview, cfg: BrokerConfig, file: str = "") -> None:
+    def __init__(self, data: bytes | memoryview, cfg: IndexSettings, file: str = "") -> None:
         expected = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
         if len(data) != expected:
             raise StoreFormatError(
@@ -275,7 +291,7 @@ class IndexFileSeries:
     same file boundaries from entry counts and builds the files in parallel.
     """
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: IndexSettings) -> None:
         self.cfg = cfg
         self.per_file = entries_per_file(cfg.maxIndexNum)
         self._parts: list[np.ndarray] = []  # (n, 3) int64: key hash, phy offset, store timestamp
