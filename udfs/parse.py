@@ -48,12 +48,12 @@ from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 from udfs.timers import write_records
 
 MODES = ("dispatch", "messages")
-#: bytes a parse task reads at a time: a batch's passes (walk, decode, properties, hashes) over the same bytes find
-#: them in the core's cache more often than with 8 MiB (~15% less CPU per record on 723-byte records)
+#: bytes a parse task reads at a time: small enough that a batch's passes (walk, decode, properties, hashes) over
+#: the same bytes find them in the core's cache (make bench measures the choice)
 PARSE_CHUNK = 2 << 20
-#: bytes of rows a parse task hands Spark at a time: each batch handed over costs pyspark's serializer and the
-#: JVM's reader about a millisecond whatever its size (message rows, a batch per chunk: 128 for a 256 MiB range;
-#: the runs of a task's consecutive small segments, a batch per segment)
+#: bytes of rows a parse task hands Spark at a time: each batch handed over has a fixed cost in pyspark's serializer
+#: and the JVM's reader whatever its size, so chunks' rows (message rows, a batch per chunk; the runs of a task's
+#: consecutive small segments, a batch per segment) are joined up to this
 OUT_BATCH_BYTES = 8 << 20
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -99,7 +99,7 @@ class PieceUnits:
     """The ConsumeQueue units of a piece's batches, kept until the piece ends (its units are ~3% of its bytes at
     723-byte records): then one scratch file in which each queue's units follow one another (``cq_units_path``),
     and one CQ_RUN_SCHEMA row per run of them, whose ``units_at`` says where its bytes are. Spark moves the rows
-    only: units through Arrow, shuffle and sort cost the JVM ~0.15 s of CPU for 1.5M records.
+    only, not the units (one row per run of consecutive queue offsets, not one per record).
 
     ConsumeQueue and LMQ queues get 20-byte units (queue offset = position); a BatchCQ topic's queues get
     46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config).

@@ -103,8 +103,8 @@ def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
     return Parsed(settle_torn_tail(list(segments.values()), settled), entries)
 
 
-#: seconds between two listings of the scratch directory while the parse runs: a local listing costs ~0.1 ms and
-#: the IndexFile job waits for the last summary; an object store's costs a request
+#: seconds between two listings of the scratch directory while the parse runs: a local listing is cheap and the
+#: IndexFile job waits for the last summary; an object store's costs a request
 SUMMARY_POLL = {"local": 0.02, "object store": 0.1}
 
 

@@ -21,7 +21,7 @@ Result = TypeVar("Result")
 
 #: the bytes a task of packed units takes
 TASK_BYTES = 256 << 20
-#: the bounds of a parse task's bytes (jobs.pipeline.parse): a smaller task pays its fixed cost (~50 ms) more often,
+#: the bounds of a parse task's bytes (jobs.pipeline.parse): a smaller task pays its fixed cost more often,
 #: a bigger one keeps more ConsumeQueue units until it ends (udfs.parse.PieceUnits: a third of its bytes at most)
 PARSE_TASK_BYTES = (128 << 20, 512 << 20)
 
@@ -33,7 +33,7 @@ def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_
 
 def parse_task_bytes(total_bytes: int, slots: int) -> int:
     """A parse task's bytes: the store's spread over the task slots, within PARSE_TASK_BYTES. Two slots and 2 GiB of
-    segments: 512 MiB, one wave of tasks a segment (256 MiB tasks made two, +0.2 s on 1.5M records)."""
+    segments: 512 MiB, one wave of tasks a segment (256 MiB tasks would make two waves)."""
     low, high = PARSE_TASK_BYTES
     return min(high, max(low, -(-total_bytes // max(1, slots))))
 
