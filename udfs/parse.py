@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.dispatch import Dispatch, dispatch_batch, rule_inputs
+from storelib.broker.rule_choice import RuleInputs
 from storelib.broker.segments import (
     FINGERPRINT_COLUMNS,
     Damage,
@@ -37,7 +38,6 @@ from storelib.broker.segments import (
     fingerprint,
 )
 from storelib.broker.timers import timer_records
-from storelib.broker.versions import RuleInputs
 from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
 from storelib.formats.commitlog import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start

@@ -35,8 +35,8 @@ from jobs.pipeline.rebuild_flow import list_segments, rebuild, scan_segments, se
 from jobs.pipeline.tasks import submit_inheriting
 from jobs.pipeline.timers import audit_timers
 from storelib.audit.scope import CleanRun, audit_scope, stale_finding
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, damage_findings, judge_ends
-from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
 from storelib.reports.report import REBUILD_REPORT, QueueRow, RebuildReport

@@ -10,8 +10,8 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.listing import StoreState
 from storelib.audit.scope import Scope
 from storelib.broker.config import BrokerConfig
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary
-from storelib.broker.versions import BrokerRules
 from storelib.reports.report import HistoryEntry, HistoryRecord, RebuildReport
 
 #: the verb's history table: given what it keeps of the finished run, appends it, says where (report.json's

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import BrokerRules
+from storelib.broker.rule_choice import BrokerRules
 from storelib.findings import Finding
 from storelib.reports.plan import Step
 from udfs.fs import resolve

@@ -1,6 +1,6 @@
 """The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
 RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
-from the store's clues: storelib.broker.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are
+from the store's clues: storelib.broker.detection), which ``store_rules`` puts into ``run.cfg``; detected rules are
 settled after the parse by what it counted (``settle_rules``).
 """
 
@@ -18,21 +18,19 @@ import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
 from storelib.broker.config import BrokerConfig, batch_cq_topics
-from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.broker.segments import Segment, SegmentSummary, by_stretch
-from storelib.broker.versions import (
+from storelib.broker.detection import (
     CONFIG_JSON,
-    DEFAULT_RELEASE,
-    BrokerRules,
     RecordClues,
-    RuleInputs,
     StoreFacts,
     Stretch,
     broker_encoded,
     config_keys,
     record_clues,
-    select_stretches,
 )
+from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.rule_choice import BrokerRules, RuleInputs, select_stretches
+from storelib.broker.segments import Segment, SegmentSummary, by_stretch
+from storelib.broker.versions import DEFAULT_RELEASE
 from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from storelib.errors import ConfigError, StoreFormatError
 from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
@@ -76,7 +74,7 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     holds (storelib.formats.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
     a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
-    ``--broker-version`` when given, else what the store's clues say (storelib.broker.versions.select).
+    ``--broker-version`` when given, else what the store's clues say (storelib.broker.rule_choice.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -116,7 +114,7 @@ HEAD_BYTES = 64 << 10
 
 def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
     """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
-    upgrade, storelib.broker.versions.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
+    upgrade, storelib.broker.detection.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
     each segment's first one, then, where two segments differ, every record of the earlier segment (the active
     segment is read whole: a release may have started since its first record). The later release starts at the
     first of the records, up to its first broker-encoded one, that all end as its own do (a 4.x broker keeps a
@@ -284,7 +282,8 @@ def _slot_counts(
     fs: pafs.FileSystem, index: list[str], headers: list[IndexHeader], cfg: BrokerConfig
 ) -> tuple[tuple[str, int, int, int], ...]:
     """(name, hashSlotCount, puts, occupied slots) of the first live IndexFile whose puts (indexCount - 1) are more
-    than its occupied slots: what tells a release that counts every put (storelib.broker.versions._slot_count_clues)."""
+    than its occupied slots: what tells a release that counts every put
+    (storelib.broker.detection._slot_count_clues)."""
     for path, h in zip(index, headers):
         slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
         occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1

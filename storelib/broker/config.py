@@ -69,7 +69,7 @@ class BrokerConfig:
     #: queue offsets advance by INNER_NUM (no INNER_BASE), whatever storeType the broker now runs with
     rocksdbBatchCQTopics: tuple[str, ...] = ()
     #: a store written by several releases in turn (an in-place upgrade): (commitlog offset where a later release's
-    #: records start, that release); records before the first start are brokerVersion's (versions.Stretch)
+    #: records start, that release); records before the first start are brokerVersion's (detection.Stretch)
     releaseStretches: tuple[tuple[int, str], ...] = ()
 
     @property

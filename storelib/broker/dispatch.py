@@ -26,7 +26,8 @@ import zlib
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import CRC32_PIECE, RuleInputs
+from storelib.broker.rule_choice import RuleInputs
+from storelib.broker.versions import CRC32_PIECE
 from storelib.constants import (
     INT32_MAX,
     INT32_MIN,
@@ -254,7 +255,7 @@ def _tags_codes(
 
 
 def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:
-    """What of a batch the rule sets of different releases dispatch differently (storelib.broker.versions)."""
+    """What of a batch the rule sets of different releases dispatch differently (storelib.broker.rule_choice)."""
     b = d.batch
     batch_topics = [c for c, t in enumerate(b.topic_names) if t in cfg.batchCQTopics and not cfg.rocksdb_consume_queue]
     names = [name for _, text in d.lmq_sources for name in java_split(text, ",")]

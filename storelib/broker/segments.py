@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import RuleInputs
+from storelib.broker.rule_choice import RuleInputs
 from storelib.findings import KINDS, Finding, FindingFields, finding
 from storelib.formats.commitlog import (
     COMMITLOG_FRAMING,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.restart import Restart, SegmentFacts
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, max_offset
-from storelib.broker.versions import BrokerRules
 from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
 from storelib.formats.checkpoint import Checkpoint
 from storelib.formats.indexfile import IndexHeader
@@ -105,7 +105,7 @@ class DLedgerIndexRecord:
 
 @dataclasses.dataclass(frozen=True)
 class ClueRecord:
-    """A store clue as rebuild.json names it (``storelib.broker.versions.Clue.to_dict``)."""
+    """A store clue as rebuild.json names it (``storelib.broker.detection.Clue.to_dict``)."""
 
     clue: str
     detail: str
