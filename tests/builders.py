@@ -17,7 +17,7 @@ from storelib.formats.commitlog import (
     encode_message,
     format_properties,
 )
-from storelib.synthetic.generator import GeneratorSpec
+from storelib.synthetic.spec import GeneratorSpec
 
 SEGMENT_FILE = "commitlog/00000000000000000000"
 #: what a RecordBatch says about each record

@@ -17,7 +17,8 @@ from storelib.broker.config import BrokerConfig, broker_config_from_properties, 
 from storelib.errors import DamageStop
 from storelib.formats.commitlog import Message, encode_message
 from storelib.reports.report import RebuildReport
-from storelib.synthetic.generator import PRESETS, generate_store
+from storelib.synthetic.generator import generate_store
+from storelib.synthetic.spec import PRESETS
 from tests import storecopy
 from tests.conftest import FIXTURE_DIR
 from tests.reference import (

@@ -184,7 +184,8 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.rebuild_flow import rebuild
     from storelib.broker.config import BrokerConfig
-    from storelib.synthetic.generator import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import generate_store
+    from storelib.synthetic.spec import GeneratorSpec
 
     cfg = BrokerConfig(
         mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400
