@@ -18,15 +18,7 @@ from jobs.pipeline.rebuild_flow import rebuild
 from jobs.pipeline.recover_flow import recover
 from storelib.broker.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
-from storelib.formats.commitlog import (
-    DLEDGER_FRAMING,
-    END_BAD_MAGIC,
-    END_BAD_SIZE,
-    END_BLANK,
-    END_TORN,
-    Message,
-    encode_message,
-)
+from storelib.formats.commitlog import Message, encode_message
 from storelib.formats.dledger import (
     ENTRY_INDEX,
     ENTRY_POS,
@@ -41,6 +33,7 @@ from storelib.formats.dledger import (
     parse_checkpoint,
 )
 from storelib.formats.dledger_convert import plain_records, segment_tail
+from storelib.formats.scanner import DLEDGER_FRAMING, END_BAD_MAGIC, END_BAD_SIZE, END_BLANK, END_TORN
 from storelib.reports.inspection import inspect_store
 from tests import reference
 from tests.broker.fixtures import harness_store

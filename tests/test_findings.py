@@ -22,7 +22,7 @@ from storelib.findings import (
     is_repairable,
     kinds_table,
 )
-from storelib.formats.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
+from storelib.formats.scanner import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
 from tests.kinds_tables import PAGES, page_table
 from tests.roundtrip import assert_roundtrip
 

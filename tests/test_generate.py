@@ -29,7 +29,8 @@ from storelib.constants import (
 )
 from storelib.errors import RmqStoreError
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
+from storelib.formats.commitlog import Message, decode_message
+from storelib.formats.scanner import END_BLANK, END_ZERO_TAIL, SegmentScanner
 from storelib.synthetic.generator import LONG_TOPIC, generate_store, java_properties_string
 from storelib.synthetic.spec import PRESETS, GeneratorSpec
 from tests.builders import SMALL_CFG, SMALL_SPEC

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storelib.formats import kernel
-from storelib.formats.commitlog import find_properties
 from storelib.formats.javahash import java_hash_utf8_runs
+from storelib.formats.scanner import find_properties
 
 ROOT = Path(__file__).resolve().parents[1]
 INT_MAX = 2**31 - 1

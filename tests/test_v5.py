@@ -27,10 +27,10 @@ from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import SegmentScanner
 from storelib.formats.consumequeue import QueueFiles
 from storelib.formats.indexfile import IndexFileSeries, IndexHeader
 from storelib.formats.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
+from storelib.formats.scanner import SegmentScanner
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEEDS
 from tests.reference import walk_commitlog

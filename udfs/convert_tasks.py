@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storelib.broker.segments import Segment
-from storelib.formats.commitlog import END_BLANK, SegmentScanner
 from storelib.formats.dledger_convert import plain_records, segment_tail
+from storelib.formats.scanner import END_BLANK, SegmentScanner
 from storelib.layout import commitlog_file
 from udfs.fs import join, resolve
 

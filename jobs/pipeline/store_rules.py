@@ -33,10 +33,10 @@ from storelib.broker.segments import Segment, SegmentSummary, by_stretch
 from storelib.broker.versions import DEFAULT_RELEASE
 from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from storelib.errors import ConfigError, StoreFormatError
-from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
 from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
 from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
+from storelib.formats.scanner import DLEDGER_FRAMING, SegmentScanner, find_properties
 from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from udfs.fs import join, map_file, read_file, resolve
 

@@ -15,8 +15,9 @@ import numpy as np
 
 from storelib.broker.versions import CRC32_NAME, CRC32_PIECE, END, FIRST, RULE_SETS, RuleSet, Version, version_text
 from storelib.errors import ConfigError
-from storelib.formats.commitlog import MESSAGE_MAGIC_CODE_V2, RecordBatch, find_properties
+from storelib.formats.commitlog import MESSAGE_MAGIC_CODE_V2
 from storelib.formats.rocksdbcq import ROCKSDB_FILE, is_rocksdb
+from storelib.formats.scanner import RecordBatch, find_properties
 
 Span = tuple[Version, Version]  # releases from the first up to (not including) the second
 

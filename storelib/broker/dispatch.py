@@ -47,8 +47,8 @@ from storelib.constants import (
 )
 from storelib.formats import kernel
 from storelib.formats.batchcq import PROPERTY_INNER_BASE, PROPERTY_INNER_NUM
-from storelib.formats.commitlog import RecordBatch, find_properties
 from storelib.formats.javahash import combine_hash, index_key_hash, java_hash_batch, java_hash_utf8_runs
+from storelib.formats.scanner import RecordBatch, find_properties
 
 _JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

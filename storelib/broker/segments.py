@@ -24,7 +24,8 @@ from typing import Any
 from storelib.broker.config import BrokerConfig
 from storelib.broker.rule_choice import RuleInputs
 from storelib.findings import KINDS, Finding, FindingFields, finding
-from storelib.formats.commitlog import (
+from storelib.formats.dledger import ENTRY_INDEX, ENTRY_TERM
+from storelib.formats.scanner import (
     COMMITLOG_FRAMING,
     DAMAGE_LENGTH,
     DLEDGER_FRAMING,
@@ -35,7 +36,6 @@ from storelib.formats.commitlog import (
     END_ZERO_TAIL,
     Framing,
 )
-from storelib.formats.dledger import ENTRY_INDEX, ENTRY_TERM
 from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 
 
@@ -125,7 +125,7 @@ class Piece:
     """The byte range [lo, hi) of one segment that one parse task reads: the records whose start lies in it.
 
     Piece 0 starts at the segment's first record; a later one at the first record at or after ``lo`` as the records
-    tell it (``storelib.formats.commitlog.find_record_start``), a guess that ``merge_pieces`` checks against the piece
+    tell it (``storelib.formats.scanner.find_record_start``), a guess that ``merge_pieces`` checks against the piece
     before. A segment parsed whole is its only piece, named as the segment."""
 
     segment: Segment

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.formats.commitlog import RecordBatch, find_properties
+from storelib.formats.scanner import RecordBatch, find_properties
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

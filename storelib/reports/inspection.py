@@ -30,7 +30,9 @@ from storelib.constants import (
 )
 from storelib.errors import HostileNameError, StoreFormatError
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import (
+from storelib.formats.consumequeue import CONSUME_QUEUE, decode_units, is_pre_blank
+from storelib.formats.indexfile import IndexHeader, index_file_size
+from storelib.formats.scanner import (
     COMMITLOG_FRAMING,
     DLEDGER_FRAMING,
     END_BLANK,
@@ -38,8 +40,6 @@ from storelib.formats.commitlog import (
     END_ZERO_TAIL,
     SegmentScanner,
 )
-from storelib.formats.consumequeue import CONSUME_QUEUE, decode_units, is_pre_blank
-from storelib.formats.indexfile import IndexHeader, index_file_size
 from storelib.layout import (
     ABORT,
     CHECKPOINT,

@@ -52,17 +52,11 @@ from storelib.constants import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import (
-    Message,
-    SegmentScanner,
-    body_crc,
-    encode_blank,
-    encode_message,
-    format_properties,
-)
+from storelib.formats.commitlog import Message, body_crc, encode_blank, encode_message, format_properties
 from storelib.formats.consumequeue import QueueFiles
 from storelib.formats.indexfile import IndexFileSeries, IndexHeader
 from storelib.formats.javahash import java_hash
+from storelib.formats.scanner import SegmentScanner
 from storelib.layout import (
     ABORT,
     CHECKPOINT,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storelib.broker.config import BrokerConfig
 from storelib.constants import MESSAGE_MAGIC_CODE
-from storelib.formats.commitlog import SegmentScanner
+from storelib.formats.scanner import SegmentScanner
 from storelib.layout import commitlog_file, parse_offset_name
 
 TORN_TOTAL_SIZE = 300  # what the torn record's TOTALSIZE claims; only 16 of its bytes reach the disk
