@@ -22,7 +22,7 @@ import numpy as np
 
 from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import StoreFormatError
-from storelib.formats import kernel
+from storelib.formats import index_walks, kernel
 from storelib.formats.javahash import index_key_hash, java_hash
 
 if TYPE_CHECKING:
@@ -388,8 +388,8 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     entry another slot's walk reaches (a damaged prevIndex merged two chains) is not found. A walk that comes
     back to an entry it passed (a cycle) is taken to stop there: the broker would loop forever on it.
 
-    A sound file's walks pass each entry once (kernel.slot_walks). Where walks meet (damage), the answer is
-    kernel.walk_reaches': linear time, ~40 bytes of memory an entry, its inputs included (800 MB for a full
+    A sound file's walks pass each entry once (index_walks.slot_walks). Where walks meet (damage), the answer is
+    index_walks.walk_reaches': linear time, ~40 bytes of memory an entry, its inputs included (800 MB for a full
     20M-entry file).
     """
     count = reader.header.index_count
@@ -400,7 +400,7 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int32)
     bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
     key_hash = np.ascontiguousarray(reader.entries["key_hash"][:n], dtype=np.int32)
-    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's walks never meet
+    reach, met = index_walks.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's walks never meet
     if met:
-        reach = kernel.walk_reaches(slots, prev, bad_time, key_hash, n)
+        reach = index_walks.walk_reaches(slots, prev, bad_time, key_hash, n)
     return reach[1:]
