@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import resource
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -44,7 +44,7 @@ from storelib.formats.consumequeue import encode_units
 from storelib.formats.dledger import entry_damage
 from storelib.formats.scanner import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
 from udfs.fs import resolve, write_then_move
-from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
+from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA, ArrowMap
 from udfs.timers import write_records
 
 MODES = ("dispatch", "messages")
@@ -55,7 +55,6 @@ PARSE_CHUNK = 2 << 20
 #: and the JVM's reader whatever its size, so chunks' rows (message rows, a batch per chunk; the runs of a task's
 #: consecutive small segments, a batch per segment) are joined up to this
 OUT_BATCH_BYTES = 8 << 20
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def _strings(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
@@ -404,7 +403,7 @@ def segment_parser(cfg: BrokerConfig, mode: str, scratch: str, tasks: list[list[
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
 
-    def pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for k in batch.column("id").to_pylist():
                 for piece in tasks[k]:

@@ -6,7 +6,7 @@ delayOffset.json. The units and records it holds are those of the timer store al
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TypedDict
 
 import pyarrow as pa
@@ -18,8 +18,8 @@ from storelib.formats import timerlog, timerwheel
 from storelib.formats.rocksdbcq import RocksDBCopy
 from storelib.layout import parse_offset_name
 from udfs.fs import join, list_files, read_file, resolve, write_file, write_then_move
+from udfs.schema import ArrowMap
 
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 RESULT_SCHEMA = pa.schema([("result", pa.string())])
 RECORDS_PREFIX = "timer-records-"
 PENDING_FILE = "pending.jsonl"
@@ -144,7 +144,7 @@ def timer_task(store: str, scratch: str, settings: Settings, out: str | None, pe
     into ``out`` (rebuild) and the pending messages into ``pending_out``; one JSON row (``TimerAudit`` less its
     bytes) out."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for _ in batch.column("id").to_pylist():
                 result = audit_timers(read_store(store), read_records(scratch), settings)

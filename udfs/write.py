@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,7 @@ from storelib.formats.indexfile import (
 )
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
-from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA
-
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA, ArrowMap
 
 
 class _QueueWriter:
@@ -127,7 +125,7 @@ def consume_queue_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> Arrow
     units_at (udfs.parse.PieceUnits). Output: one QUEUE_SUMMARY_SCHEMA row per queue.
     """
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: _QueueWriter | None = None
         done: list[dict[str, object]] = []
         units = _PieceFiles(scratch)

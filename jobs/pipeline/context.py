@@ -12,7 +12,7 @@ import posixpath
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
@@ -21,6 +21,11 @@ from storelib.broker.rule_choice import BrokerRules
 from storelib.findings import Finding
 from storelib.reports.plan import Step
 from udfs.fs import resolve
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 def tool_version() -> str:
@@ -37,7 +42,7 @@ class Run:
 
     #: the SparkSession, or the future of (session, start-up seconds) of one still starting (jobs.cli.spark_run): what
     #: a verb does before it first needs ``spark`` happens while the JVM starts
-    session: Any
+    session: SparkSession | concurrent.futures.Future[tuple[SparkSession, float]]
     cfg: BrokerConfig
     progress: bool = False
     work_root: str | None = None
@@ -47,7 +52,7 @@ class Run:
     broker_rules: dict[str, BrokerRules] = dataclasses.field(default_factory=dict)
 
     @property
-    def spark(self) -> Any:
+    def spark(self) -> SparkSession:
         """The SparkSession, waited for when it is still starting, then active on this thread."""
         if isinstance(self.session, concurrent.futures.Future):
             from jobs.runtime.session import activate
@@ -95,13 +100,13 @@ class Found:
         return Found(self.findings + other.findings, self.repairs + other.repairs, self.skipped + other.skipped)
 
 
-def numbered_tasks(run: Run, n: int) -> Any:
+def numbered_tasks(run: Run, n: int) -> DataFrame:
     """Tasks 0 … n-1, one per partition, as a DataFrame of ``id`` made on the JVM (``spark.range``): what each task
     does travels in the function's closure, so no Python worker runs to hand the tasks their input."""
     return run.spark.range(0, n, 1, n)
 
 
-def spark_schema(arrow_schema: Any) -> Any:
+def spark_schema(arrow_schema: pa.Schema) -> StructType:
     """The Spark schema of an Arrow schema (udfs.schema)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 

@@ -10,7 +10,7 @@ import dataclasses
 import posixpath
 import threading
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
@@ -30,6 +30,9 @@ from udfs.fs import is_object_store, read_file, resolve
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 
 def parse_tasks(run: Run, segments: list[Segment], whole: Collection[str] = ()) -> list[list[Piece]]:
     """The parse's tasks: consecutive segments, or a byte range of a bigger one, of the bytes parse_task_bytes gives
@@ -37,7 +40,7 @@ def parse_tasks(run: Run, segments: list[Segment], whole: Collection[str] = ()) 
     return plan_parse_tasks(segments, parse_task_bytes(sum(s.size for s in segments), run.slots), whole)
 
 
-def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:
+def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> DataFrame:
     """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task each of
     ``parse_tasks``."""
     tasks = parse_tasks(run, segments, whole)

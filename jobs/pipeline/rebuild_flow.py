@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jobs.pipeline import parse
 from jobs.pipeline.consume_queues import without_segments, write_consume_queues
@@ -41,6 +41,9 @@ from storelib.findings import Finding
 from storelib.layout import CHECKPOINT
 from storelib.reports.report import REBUILD_REPORT, RebuildReport, build_rebuild_report
 from udfs.fs import is_object_store, join, resolve, write_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 #: what other modules import from here (the stages' modules hold the rest)
 __all__ = [
@@ -76,7 +79,7 @@ class RebuildResult:
     whole: frozenset[str] = frozenset()  # segments parsed whole: their byte ranges did not meet
 
     @functools.cached_property
-    def records(self) -> Any:
+    def records(self) -> DataFrame:
         """One MESSAGE_SCHEMA row per message record (a second parse), persisted: unpersist it."""
         with self.run.work_dir(self.out) as scratch:
             records = parse.parse_store(self.run, self.segments, "messages", scratch, self.whole).persist()

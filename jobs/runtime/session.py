@@ -21,13 +21,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.runtime.cds_archive import archive_option
 from jobs.runtime.jars import ALL_JARS, JarNeeds, jar_defaults
 from storelib.broker.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LOG4J_CONFIG = CONF_DIR / "log4j2.properties"
@@ -171,7 +174,7 @@ def spark_session(
     profile: str = "local",
     overrides: list[str] | None = None,
     needs: JarNeeds = ALL_JARS,
-) -> tuple[Any, float]:
+) -> tuple[SparkSession, float]:
     """Start (or reuse) a SparkSession with the layered settings and the jars ``needs`` asks for; returns
     (session, start-up seconds)."""
     return session_start(app, master, profile, overrides, needs)()
@@ -183,7 +186,7 @@ def session_start(
     profile: str = "local",
     overrides: list[str] | None = None,
     needs: JarNeeds = ALL_JARS,
-) -> Callable[[], tuple[Any, float]]:
+) -> Callable[[], tuple[SparkSession, float]]:
     """The settings checked now (a bad ``--conf`` is a ConfigError here), the session started by the returned
     function: ``spark_session``, or a thread of its own while the verb reads the store (``start_in_background``)."""
     command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
@@ -193,7 +196,7 @@ def session_start(
     return functools.partial(_start, app, profile, command_line, needs)
 
 
-def _active_session() -> Any:
+def _active_session() -> SparkSession | None:
     """This thread's active SparkSession; None, without importing pyspark, when nothing imported it yet."""
     if "pyspark.sql" not in sys.modules:
         return None
@@ -202,7 +205,9 @@ def _active_session() -> Any:
     return SparkSession.getActiveSession()
 
 
-def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.futures.Future:
+def start_in_background(
+    start: Callable[[], tuple[SparkSession, float]],
+) -> concurrent.futures.Future[tuple[SparkSession, float]]:
     """``start()`` on a daemon thread (an exit before the session is needed does not wait for the JVM); the future
     of its (session, start-up seconds). The session is made active on the thread that takes it (``activate``)."""
     future: concurrent.futures.Future = concurrent.futures.Future()
@@ -226,13 +231,13 @@ def _import_converters() -> None:
         import pyspark.testing.utils  # noqa: F401
 
 
-def activate(spark: Any) -> None:
+def activate(spark: SparkSession) -> None:
     """Make ``spark`` the active session of the calling thread: the JVM keeps one per thread, so a session started
     on another thread is not ``SparkSession.getActiveSession()`` here until this."""
     type(spark)._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
 
 
-def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds) -> tuple[Any, float]:
+def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds) -> tuple[SparkSession, float]:
     """A new session: the settings' layers, our defaults where they leave a key unset, a quiet console."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
