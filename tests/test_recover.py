@@ -17,10 +17,10 @@ import pytest
 
 from jobs.pipeline.context import Run
 from jobs.pipeline.recover_flow import check_stopped, recover
-from storelib.constants import CQ_BLANK_SIZE, MESSAGE_MAGIC_CODE
+from storelib.constants import MESSAGE_MAGIC_CODE
 from storelib.errors import Refused
 from storelib.formats.commitlog import decode_message
-from storelib.formats.consumequeue import decode_units
+from storelib.formats.consumequeue import CQ_BLANK_SIZE, decode_units
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
 MAX_OFFSET = 3_444_995

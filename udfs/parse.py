@@ -38,9 +38,9 @@ from storelib.broker.segments import (
     fingerprint,
 )
 from storelib.broker.timers import timer_records
-from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.constants import DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
-from storelib.formats.consumequeue import encode_units
+from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, encode_units
 from storelib.formats.dledger import entry_damage
 from storelib.formats.scanner import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
 from udfs.fs import resolve, write_then_move

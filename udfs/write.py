@@ -10,11 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
-from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFiles
+from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles
 from storelib.formats.indexfile import (
     IndexHeader,
     IndexPlan,

@@ -25,10 +25,9 @@ from storelib.audit.index_ranges import (
 )
 from storelib.audit.scope import index_repairs
 from storelib.broker.restart import index_deleted
-from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.indexfile import index_file_size
+from storelib.formats.indexfile import IndexLayout, index_file_size
 from storelib.layout import index_file
 from udfs.audit_tasks import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
@@ -190,14 +189,14 @@ def _bad_entries(a: Audit, results: list[RangeComparison]) -> list[Finding]:
     for r in results:
         for name, b in r.bad.items():
             bad[name] = bad[name] + b if name in bad else b
-    entry_at = INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
+    layout = IndexLayout.of(a.cfg)
     return [
         finding(
             "index-bad-entries",
             index_file(name),
             f"{b.count} entries point at no record with a key of their keyHash, the first is entry {b.entry}",
             commitlog_offset=b.phy_offset,
-            file_offset=entry_at + b.entry * INDEX_ENTRY_SIZE,
+            file_offset=layout.entry_at(b.entry),
             count=b.count,
             expected=f"a record at commitlog offset {b.phy_offset} with a key of keyHash {b.key_hash}",
             actual=f"keyHash {b.key_hash} -> no such record",

@@ -15,10 +15,16 @@ from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
 from jobs.pipeline.tasks import run_packed
 from storelib.broker.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
-from storelib.constants import INDEX_ENTRY_SIZE
 from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
-from storelib.formats.indexfile import IndexHeader, IndexPlan, entries_per_file, index_file_plans, needs_empty_tail_file
+from storelib.formats.indexfile import (
+    IndexHeader,
+    IndexLayout,
+    IndexPlan,
+    entries_per_file,
+    index_file_plans,
+    needs_empty_tail_file,
+)
 from storelib.layout import COMMITLOG, deterministic_index_names
 from storelib.reports.report import IndexFileRecord
 from udfs.fs import join, resolve
@@ -107,7 +113,7 @@ def write_index_files(
     plans = index_file_plans(counts, entries_per_file(cfg.maxIndexNum))
     built: list[tuple[int, IndexHeader]] = []  # (first entry's store timestamp, header) by file number
     if plans:  # an RDD job: Spark plans it faster than a DataFrame's query, after the last summary
-        weights = [INDEX_ENTRY_SIZE * sum(stop - first for _, first, stop in p.slices) for p in plans]
+        weights = [IndexLayout.entries_bytes(sum(stop - first for _, first, stop in p.slices)) for p in plans]
         planned: list[tuple[int, IndexPlan]] = list(enumerate(plans))
         done = run_packed(run, "index files", planned, weights, lambda p: build_index_file(staging, scratch, cfg, *p))
         built = [result for _, result in sorted(done, key=lambda d: d[0][0])]

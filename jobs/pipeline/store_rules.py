@@ -31,9 +31,9 @@ from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
 from storelib.broker.rule_choice import BrokerRules, RuleInputs, select_stretches
 from storelib.broker.segments import Segment, SegmentSummary, by_stretch
 from storelib.broker.versions import DEFAULT_RELEASE
-from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
+from storelib.constants import PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from storelib.errors import ConfigError, StoreFormatError
-from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, IndexLayout, key_hash_of
 from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.formats.scanner import DLEDGER_FRAMING, SegmentScanner, find_properties
@@ -238,7 +238,7 @@ def store_facts(
     IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too.
     ``since``: the last stretch's first offset in a store several releases wrote (its records only are sampled)."""
     index_dir = join(root, INDEX)
-    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
+    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > IndexLayout.HEADER_SIZE]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
     cfg49 = dataclasses.replace(cfg, brokerVersion=DEFAULT_RELEASE)  # the sample's dispatch: keys, tags, LMQ
     counts: RecordClues = {}
@@ -285,7 +285,7 @@ def _slot_counts(
     than its occupied slots: what tells a release that counts every put
     (storelib.broker.detection._slot_count_clues)."""
     for path, h in zip(index, headers):
-        slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
+        slots = np.frombuffer(read_at(fs, path, *IndexLayout.of(cfg).slot_table), ">i4")
         occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1
         if len(slots) == cfg.maxHashSlotNum and occupied < puts:
             return ((path.rsplit("/", 1)[-1], h.hash_slot_count, puts, occupied),)

@@ -8,13 +8,8 @@ import dataclasses
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.constants import (
-    INDEX_ENTRY_SIZE,
-    INDEX_HASH_SLOT_SIZE,
-    INDEX_HEADER_SIZE,
-)
 from storelib.findings import Finding, finding
-from storelib.formats.indexfile import IndexFileReader, IndexHeader
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, IndexLayout
 
 
 def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray]:
@@ -79,19 +74,14 @@ def compare_index_files(
     at, differ = differing_bytes(live, rebuilt, n)
     if not differ and len(live) == len(rebuilt):
         return []
-    slots_end = INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
-    if at < INDEX_HEADER_SIZE:
+    where = IndexLayout.of(cfg).part_at(at)
+    exp = act = ""
+    if where == "header":
         fields = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount")
         names = [fields[i] for i, (a, b) in enumerate(zip(_header(live), _header(rebuilt))) if a != b]
         where = "header " + ", ".join(names)
         exp = ", ".join(f"{k} {v}" for k, v in zip(fields, _header(rebuilt)) if k in names)
         act = ", ".join(f"{k} {v}" for k, v in zip(fields, _header(live)) if k in names)
-    elif at < slots_end:
-        where = f"hash slot {(at - INDEX_HEADER_SIZE) // INDEX_HASH_SLOT_SIZE}"
-        exp = act = ""
-    else:
-        where = f"entry {(at - slots_end) // INDEX_ENTRY_SIZE}"
-        exp = act = ""
     return [
         finding(
             "index-file-differs",
@@ -119,4 +109,4 @@ def differing_bytes(
 
 
 def _header(data: bytes | memoryview) -> tuple[int, ...]:
-    return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= INDEX_HEADER_SIZE else ()
+    return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= IndexLayout.HEADER_SIZE else ()

@@ -13,7 +13,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from storelib.broker.versions import CRC32_NAME, CRC32_PIECE, END, FIRST, RULE_SETS, RuleSet, Version, version_text
+from storelib.broker.versions import CRC32_PIECE, END, FIRST, RULE_SETS, RuleSet, Version, version_text
+from storelib.constants import PROPERTY_CRC32
 from storelib.errors import ConfigError
 from storelib.formats.commitlog import MESSAGE_MAGIC_CODE_V2
 from storelib.formats.rocksdbcq import ROCKSDB_FILE, is_rocksdb
@@ -137,8 +138,8 @@ def record_clues(b: RecordBatch, counts: RecordClues) -> RecordClues:
     magic = b.buf[record_start[:, None] + np.arange(4, 8)].view(">i4").ravel()
     props_end = b.props_start + b.props_len
     has_props = broker_encoded(b)
-    tail = b.buf[np.maximum(props_end - CRC32_PIECE, 0)[:, None] + np.arange(len(CRC32_NAME))]
-    crc = (tail == np.frombuffer(CRC32_NAME, np.uint8)).all(axis=1) & (b.props_len >= CRC32_PIECE)
+    tail = b.buf[np.maximum(props_end - CRC32_PIECE, 0)[:, None] + np.arange(len(PROPERTY_CRC32.encode()))]
+    crc = (tail == np.frombuffer(PROPERTY_CRC32.encode(), np.uint8)).all(axis=1) & (b.props_len >= CRC32_PIECE)
     return {
         "v2_records": counts.get("v2_records", 0) + int((magic == MESSAGE_MAGIC_CODE_V2).sum()),
         "props_records": counts.get("props_records", 0) + int(has_props.sum()),
@@ -156,7 +157,7 @@ def repeated_names(b: RecordBatch) -> int:
     n = 0
     for start, size in zip(b.props_start[b.props_len > 0].tolist(), b.props_len[b.props_len > 0].tolist()):
         pairs = b.buf[start : start + size].tobytes().split(b"\x02")
-        names = [p.partition(b"\x01")[0] for p in pairs if p and not p.startswith(CRC32_NAME)]
+        names = [p.partition(b"\x01")[0] for p in pairs if p and not p.startswith(PROPERTY_CRC32.encode())]
         n += len(names) != len(set(names))
     return n
 

@@ -353,7 +353,7 @@ def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarra
     for i in np.flatnonzero(start >= 0).tolist():
         stored = property_crc(_text(batch.buf, start[i], length[i]))
         begin = int(record_start[i])
-        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & 0x7FFFFFFF
+        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & INT32_MAX
         if stored != computed:
             out.append((i, f"__CRC32# {stored if stored is not None else 'unreadable'} stored, {computed} computed"))
     return out

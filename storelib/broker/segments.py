@@ -23,6 +23,7 @@ from typing import Any
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.rule_choice import RuleInputs
+from storelib.constants import CRC32_POLYNOMIAL
 from storelib.findings import KINDS, Finding, FindingFields, finding
 from storelib.formats.dledger import ENTRY_INDEX, ENTRY_TERM
 from storelib.formats.scanner import (
@@ -161,10 +162,6 @@ def fingerprint(columns: Iterable[tuple[int, int]], messages: int) -> str:
     return f"crc32:{zlib.crc32(struct.pack(f'>{len(crcs)}I', *crcs)):08x}:{messages}"
 
 
-#: zlib's CRC-32 polynomial, reflected: bit 31 holds the coefficient of x^0, bit 0 that of x^31
-_CRC_POLY = 0xEDB88320
-
-
 def _mult_mod_p(a: int, b: int) -> int:
     """a(x) * b(x) modulo the CRC-32 polynomial, both reflected."""
     product, bit = 0, 1 << 31
@@ -173,7 +170,7 @@ def _mult_mod_p(a: int, b: int) -> int:
             product ^= b
             a ^= bit
         bit >>= 1
-        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1  # b(x) * x
+        b = (b >> 1) ^ CRC32_POLYNOMIAL if b & 1 else b >> 1  # b(x) * x
     return product
 
 

@@ -28,7 +28,6 @@ import re
 
 from storelib.errors import ConfigError
 
-CRC32_NAME = b"__CRC32#"
 CRC32_PIECE = 20  # CommitLog.CRC32_RESERVED_LEN: __CRC32# 0x01, ten digits least significant first, 0x02
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?\Z")
 Version = tuple[int, int, int]

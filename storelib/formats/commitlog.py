@@ -25,6 +25,7 @@ from storelib.constants import (
     END_FILE_MIN_BLANK_LENGTH,
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
+    INT32_MAX,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
@@ -84,7 +85,7 @@ def record_length(sys_flag: int, body_length: int, topic_length: int, properties
 
 def body_crc(body: bytes) -> int:
     """BODYCRC: ``CRC32(body) & 0x7fffffff``."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & INT32_MAX
 
 
 # --- Properties ---------------------------------------------------------------------

@@ -15,8 +15,11 @@ from typing import Protocol
 
 import numpy as np
 
-from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from storelib.constants import INT32_MAX
 from storelib.layout import CONSUMEQUEUE, offset_file_name, queue_dir
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_BLANK_SIZE = INT32_MAX  # a pre-blank unit's size: Integer.MAX_VALUE (offset 0, tagsCode 0)
 
 
 class QueueSettings(Protocol):
@@ -79,6 +82,29 @@ class QueueFormat:
 
     def file_size(self, cfg: QueueSettings) -> int:
         return int(getattr(cfg, self.size_setting))
+
+    def first_unit(self, name: str) -> int:
+        """The queue position of a file's first unit: a file is named by its start byte in the queue."""
+        return int(name) // self.unit_size
+
+    def units_per_file(self, file_size: int) -> int:
+        return file_size // self.unit_size
+
+    def file_name(self, unit: int, file_size: int) -> str:
+        """The name of the file of ``file_size`` bytes holding the unit at queue position ``unit``."""
+        return offset_file_name(unit // self.units_per_file(file_size) * file_size)
+
+    def file_offset(self, unit: int, file_size: int) -> int:
+        """Where in its file of ``file_size`` bytes the unit at queue position ``unit`` starts."""
+        return unit % self.units_per_file(file_size) * self.unit_size
+
+    def whole_units(self, nbytes: int) -> int:
+        """How many whole units ``nbytes`` bytes hold."""
+        return nbytes // self.unit_size
+
+    def partial_unit(self, nbytes: int) -> int:
+        """The bytes of a partial unit ending ``nbytes`` bytes (0: none)."""
+        return nbytes % self.unit_size
 
     def queue_dir(self, topic: str, queue_id: int) -> str:
         """The store-relative directory of a queue (storelib.layout.queue_dir: a hostile name raises)."""

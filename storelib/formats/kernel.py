@@ -28,6 +28,7 @@ else:
 
     from storelib.constants import (
         BLANK_MAGIC_CODE,
+        CRC32_POLYNOMIAL,
         DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
@@ -51,7 +52,7 @@ else:
         for i in range(256):
             c = i
             for _ in range(8):
-                c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+                c = (c >> 1) ^ CRC32_POLYNOMIAL if c & 1 else c >> 1
             t[0, i] = c
         for k in range(1, 8):
             for i in range(256):
@@ -219,7 +220,7 @@ else:
                 continue
             implied[i] = q + 2 + props_len[i] - p
             if check_crc and implied[i] == size:
-                computed[i] = crc32(a, body, body_len[i]) & 0x7FFFFFFF
+                computed[i] = crc32(a, body, body_len[i]) & INT32_MAX
         return (
             total, crc, qid, flag, sys_flag, reconsume, body_len, qoff, phys, born_ts, store_ts, prepared,
             topic_start, topic_len, props_start, props_len, implied, computed,
