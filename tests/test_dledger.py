@@ -110,7 +110,7 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     written = json.loads((out / "rebuild.json").read_text())
     assert written["broker_config"]["enableDLegerCommitLog"] is True
     assert written["broker_rules"]["name"] == {"5.5.0": "5.5", "4.9.7": "4.9.3"}[version]
-    checked = audit(run, str(store / "store"), str(out), None)
+    checked = audit(result.run, str(store / "store"), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)
 
 
@@ -190,7 +190,7 @@ def test_the_audit_names_damage_only_a_dledger_store_has(spark, tmp_path: Path, 
 def recovered(spark, store: Path, tmp_path: Path, broker_conf: Path) -> int:
     """``rmqstore recover --apply`` on ``store``: rebuilt into tmp_path, backup there too; its exit code."""
     run = Run(spark, load_broker_config(broker_conf))
-    rebuild(run, str(store), str(tmp_path / "rebuilt"), on_error="skip-segment")
+    run = rebuild(run, str(store), str(tmp_path / "rebuilt"), on_error="skip-segment").run
     return recover(run, str(store), str(tmp_path / "rebuilt"), True, backup_dir=tmp_path / "backup")
 
 
@@ -395,5 +395,5 @@ def test_a_mixed_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: 
     assert result.report.commitlog.messages == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
         len(walk_entries(f)) for f in data
     )
-    checked = audit(run, str(root), str(out), None)
+    checked = audit(result.run, str(root), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)

@@ -71,14 +71,16 @@ def audit(
     with run.work_dir(report_dir or store) as work:
         if rebuilt is None:
             rebuilt = f"{work}/rebuilt"
-            summaries = _rebuild(run, store, rebuilt, audited)
+            run, summaries = _rebuild(run, store, rebuilt, audited)
             given = None
         else:
             given = _rebuild_report(rebuilt)
-            run.cfg = dataclasses.replace(run.cfg, brokerVersion=rebuilt_release(given, run.cfg.brokerVersion))
-            store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
+            release = rebuilt_release(given, run.cfg.brokerVersion)
+            run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, brokerVersion=release))
+            run = store_rules(run, store, segments)  # BatchCQ topics and the rules, as the rebuild resolves them
             summaries = scan_segments(run, audited, f"{work}/scratch")
-            _check_same_rules(settle_rules(run, store, summaries.values()), given)
+            run = run.with_rules(store, settle_rules(run, store, summaries.values()))
+            _check_same_rules(run.broker_rules[store], given)
         a = Audit(
             run,
             run.cfg,
@@ -101,14 +103,14 @@ def audit(
         return _audit(a, listing)
 
 
-def _rebuild(run: Run, store: str, rebuilt: str, audited: list[Segment]) -> dict[str, SegmentSummary]:
-    """The audit's own rebuild into ``rebuilt`` (it resolves the store's rules into ``run``): the audited
-    segments' summaries."""
+def _rebuild(run: Run, store: str, rebuilt: str, audited: list[Segment]) -> tuple[Run, dict[str, SegmentSummary]]:
+    """The audit's own rebuild into ``rebuilt``: the run with the store's rules it settled, the audited segments'
+    summaries."""
     try:
-        summaries = rebuild(run, store, rebuilt, on_error="skip-segment").summaries
+        result = rebuild(run, store, rebuilt, on_error="skip-segment")
     except DamageStop as exc:
         raise CannotAudit(f"the commitlog could not be rebuilt: {exc}") from None
-    return {s.name: summaries[s.name] for s in audited}
+    return result.run, {s.name: result.summaries[s.name] for s in audited}
 
 
 def _rebuild_report(rebuilt: str) -> RebuildReport:

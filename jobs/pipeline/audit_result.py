@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from jobs.pipeline.audit_queues import stopping_queues
-from jobs.pipeline.context import Found, tool_version
+from jobs.pipeline.context import Found, Run, tool_version
 from storelib.audit.scope import Scope
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import messages_from
@@ -56,6 +56,7 @@ class AuditResult:
     exit_code: int
     report: AuditReport
     repairs: list[Step]  # what ``rmqstore recover`` would change, file by file
+    run: Run  # the run with the store's settings and rules, as the audit settled them
 
 
 def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: int) -> AuditResult:
@@ -75,7 +76,7 @@ def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: i
     report = dataclasses.replace(report, verdict=verdict(report, _messages_lost(a, findings)))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
-    return AuditResult(findings, code, report, list(found.repairs))
+    return AuditResult(findings, code, report, list(found.repairs), a.run)
 
 
 def _run(a: Audit, log: LogStart | None, scope: Scope, finished: dt.datetime, history: HistoryEntry | None) -> AuditRun:

@@ -11,7 +11,7 @@ import importlib.metadata
 import posixpath
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
@@ -36,32 +36,71 @@ def tool_version() -> str:
         return "unknown (not installed)"
 
 
-@dataclasses.dataclass
-class Run:
-    """One verb's run: ``work_root`` is the user's ``--work-dir`` (else work happens beside the output)."""
+class SparkStart:
+    """A run's SparkSession: given, or the future of (session, start-up seconds) of one still starting
+    (jobs.cli.spark_run), waited for when first needed; one for a Run and every Run made from it."""
 
-    #: the SparkSession, or the future of (session, start-up seconds) of one still starting (jobs.cli.spark_run): what
-    #: a verb does before it first needs ``spark`` happens while the JVM starts
-    session: SparkSession | concurrent.futures.Future[tuple[SparkSession, float]]
+    def __init__(self, session: SparkSession | concurrent.futures.Future[tuple[SparkSession, float]]) -> None:
+        self._session = session
+        self.startup = 0.0  # seconds Spark took to start
+        self.waited = 0.0  # of which the run waited for it, having nothing else to do
+
+    def session(self) -> SparkSession:
+        """The SparkSession, waited for when it is still starting, then active on this thread."""
+        if isinstance(self._session, concurrent.futures.Future):
+            from jobs.runtime.session import activate
+
+            t0 = time.monotonic()
+            self._session, self.startup = self._session.result()
+            self.waited = time.monotonic() - t0
+            activate(self._session)
+        return self._session
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One verb's run: ``work_root`` is the user's ``--work-dir`` (else work happens beside the output). The
+    broker's settings and rules of a store are settled by jobs.pipeline.store_rules, which returns them in a new Run
+    (``with_rules``)."""
+
+    #: the SparkSession, or the future of one still starting (``SparkStart``, which holds it after): what a verb
+    #: does before it first needs ``spark`` happens while the JVM starts
+    session: SparkSession | concurrent.futures.Future[tuple[SparkSession, float]] | SparkStart
     cfg: BrokerConfig
     progress: bool = False
     work_root: str | None = None
-    startup: float = 0.0  # seconds Spark took to start
-    waited: float = 0.0  # of which the run waited for it, having nothing else to do (``spark``)
     #: the broker rules resolved for each store this run reads (jobs.pipeline.store_rules.store_rules)
-    broker_rules: dict[str, BrokerRules] = dataclasses.field(default_factory=dict)
+    broker_rules: Mapping[str, BrokerRules] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session, SparkStart):
+            object.__setattr__(self, "session", SparkStart(self.session))
+
+    @property
+    def _start(self) -> SparkStart:
+        assert isinstance(self.session, SparkStart)  # __post_init__
+        return self.session
 
     @property
     def spark(self) -> SparkSession:
         """The SparkSession, waited for when it is still starting, then active on this thread."""
-        if isinstance(self.session, concurrent.futures.Future):
-            from jobs.runtime.session import activate
+        return self._start.session()
 
-            t0 = time.monotonic()
-            self.session, self.startup = self.session.result()
-            self.waited = time.monotonic() - t0
-            activate(self.session)
-        return self.session
+    @property
+    def startup(self) -> float:
+        """Seconds Spark took to start."""
+        return self._start.startup
+
+    @property
+    def waited(self) -> float:
+        """Seconds of ``startup`` the run waited for Spark, having nothing else to do."""
+        return self._start.waited
+
+    def with_rules(self, store: str, rules: BrokerRules, cfg: BrokerConfig | None = None) -> Run:
+        """This run with ``store``'s rules (and the settings that hold them, when given)."""
+        return dataclasses.replace(
+            self, cfg=self.cfg if cfg is None else cfg, broker_rules={**self.broker_rules, store: rules}
+        )
 
     @functools.cached_property
     def slots(self) -> int:

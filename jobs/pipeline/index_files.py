@@ -14,6 +14,7 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
 from jobs.pipeline.tasks import run_packed
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
 from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
@@ -34,9 +35,11 @@ from udfs.write import build_index_file, index_part_name, write_index_file
 
 @dataclasses.dataclass
 class Indexed:
-    """What the index stage leaves: the segments' summaries as scanned, the segments left out, the IndexFiles built."""
+    """What the index stage leaves: the segments' summaries as scanned, the store's rules settled by them, the
+    segments left out, the IndexFiles built."""
 
     scanned: dict[str, SegmentSummary]
+    rules: BrokerRules
     skipped: list[str]
     index_files: list[IndexFileRecord]
 
@@ -61,9 +64,9 @@ def index_stage(
     ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
     found = wait_for_summaries(scratch, tasks, parsed)
     scanned = found.summaries
-    settle_rules(run, store, scanned.values())
+    rules = settle_rules(run, store, scanned.values())
     skipped = judge(segments, scanned, findings, on_error)
-    indexed = Indexed(scanned, skipped, [])
+    indexed = Indexed(scanned, rules, skipped, [])
     counts = [(piece, n) for piece, segment, n in found.entries if segment not in skipped]
     indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries, counts)
     return indexed

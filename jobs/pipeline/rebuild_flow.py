@@ -1,7 +1,7 @@
 """The rebuild on the driver: CommitLog segments -> ConsumeQueue and IndexFile files, byte-exact.
 
-0. the store's rules (jobs.pipeline.store_rules): BatchCQ topics and the broker release's rule set, into
-   ``run.cfg``; with the listing, read while a session still starts (jobs.pipeline.context.Run);
+0. the store's rules (jobs.pipeline.store_rules): BatchCQ topics and the broker release's rule set, in the Run
+   the stages are given; with the listing, read while a session still starts (jobs.pipeline.context.Run);
 1. list the segments (names, sizes; nothing read on the driver) and group them into parse tasks by bytes, a big
    segment cut into byte ranges (jobs.pipeline.parse);
 2. one Spark job: parse the tasks on executors (udfs.parse) and, through a shuffle by queue, stream every
@@ -108,7 +108,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run.cfg)
-    store_rules(run, store, segments)
+    run = store_rules(run, store, segments)
     whole: frozenset[str] = frozenset()
     while True:
         try:
@@ -143,6 +143,7 @@ def _rebuild(
             finally:
                 parsed.set()
         indexed = indexing.result()
+        run = run.with_rules(store, indexed.rules)
         summaries, index_files = indexed.summaries, indexed.index_files
         dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:

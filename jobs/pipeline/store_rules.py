@@ -1,7 +1,7 @@
 """The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
 RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
-from the store's clues: storelib.broker.detection), which ``store_rules`` puts into ``run.cfg``; detected rules are
-settled after the parse by what it counted (``settle_rules``).
+from the store's clues: storelib.broker.detection), which ``store_rules`` returns in a new Run (the config holding them
+and the rules); detected rules are settled after the parse by what it counted (``settle_rules``).
 """
 
 from __future__ import annotations
@@ -53,16 +53,15 @@ SAMPLE_SEGMENTS = 8
 TAG_KEY_SAMPLE = 32
 
 
-def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
-    """Put the store's settings (``resolve_rules``) into ``run.cfg``, once per run and store (``run.broker_rules``);
-    detected rules are settled after the parse (``settle_rules``)."""
+def store_rules(run: Run, store: str, segments: list[Segment]) -> Run:
+    """``run`` with the store's settings and rules (``resolve_rules``), resolved once per run and store (``run``
+    itself when it has them: ``run.broker_rules``); detected rules are settled after the parse (``settle_rules``)."""
     if store in run.broker_rules:
-        return run.broker_rules[store]
-    run.cfg, rules = resolve_rules(store, run.cfg, segments)
-    run.broker_rules[store] = rules
+        return run
+    cfg, rules = resolve_rules(store, run.cfg, segments)
     if run.progress and rules.settled_all:
         print(rules.line, file=sys.stderr)
-    return rules
+    return run.with_rules(store, rules, cfg)
 
 
 def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tuple[BrokerConfig, BrokerRules]:
@@ -196,8 +195,9 @@ def _scan_fingerprints(scanner: SegmentScanner) -> list[Mark]:
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
-    """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
-    they would write different files), said in one console line."""
+    """The store's rules (``run.broker_rules``) once the parse has counted what tells the allowed rule sets apart
+    (AmbiguousRelease when they would write different files), said in one console line; ``run.with_rules`` holds
+    them."""
     rules = run.broker_rules[store]
     if not rules.settled_all:
         summaries = list(summaries)
@@ -211,7 +211,6 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
             rules = dataclasses.replace(last, earlier=earlier)
         else:
             rules = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
-        run.broker_rules[store] = rules
         if run.progress:
             print(rules.line, file=sys.stderr)
     return rules
