@@ -99,7 +99,7 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     assert rules["findings"] == []
     result = audit(run, str(store / "store"), str(out), None)
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
-    assert result.report.summary.queues["audited"] == 29
+    assert result.report.summary.queues.audited == 29
 
     # a copy with the RocksDB moved to consumequeue_rocksdb/ (5.5.0 useSeparateStorePathForRocksdbCQ) and one unit
     # deleted: audited (a rebuild inside) with a fresh config

@@ -39,7 +39,7 @@ from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, damage_findings, judge_ends
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
-from storelib.reports.report import REBUILD_REPORT, QueueRow, RebuildReport
+from storelib.reports.report import REBUILD_REPORT, LogCounts, QueueCounts, QueueRow, RebuildReport
 from udfs.fs import join, read_file, resolve
 
 
@@ -167,18 +167,13 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     found += Found((in_use,) if in_use else ())
     commitlog = a.rebuild_report.commitlog
     counts = Counts(
-        {
-            "messages": commitlog.messages,
-            "min_offset": commitlog.min_offset,
-            "max_offset": commitlog.max_offset,
-            "segments": len(commitlog.segments),
-        },
-        {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r.status in ("ok", "info"))},
-        {
-            "live_files": sum(1 for r in index_rows if r.live),
-            "rebuilt_files": sum(1 for r in index_rows if r.rebuilt),
-            **keys,
-        },
+        LogCounts(commitlog.messages, commitlog.min_offset, commitlog.max_offset, len(commitlog.segments)),
+        QueueCounts(len(queue_rows), sum(1 for r in queue_rows if r.status in ("ok", "info"))),
+        dataclasses.replace(
+            keys,
+            live_files=sum(1 for r in index_rows if r.live),
+            rebuilt_files=sum(1 for r in index_rows if r.rebuilt),
+        ),
         tuple(queue_rows),
         tuple(index_rows),
         timer_counts,

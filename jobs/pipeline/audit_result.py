@@ -22,6 +22,9 @@ from storelib.reports.report import (
     AuditSummary,
     HistoryEntry,
     HistoryRecord,
+    IndexCounts,
+    LogCounts,
+    QueueCounts,
     QueueRow,
     SettingsRecord,
     audit_summary,
@@ -40,9 +43,9 @@ class Counts:
     """report.json's ``summary`` counts (``commitlog``, ``queues``, ``index``), ``queues`` and ``index_files`` rows;
     empty when the audit stopped before the stages."""
 
-    commitlog: Mapping[str, int] | None = None
-    queues: Mapping[str, int] | None = None
-    index: Mapping[str, int] | None = None
+    commitlog: LogCounts | None = None
+    queues: QueueCounts | None = None
+    index: IndexCounts | None = None
     queue_rows: tuple[QueueRow, ...] = ()
     index_rows: tuple[IndexPosition, ...] = ()
     timers: Mapping[str, int] | None = None
@@ -111,7 +114,7 @@ def _history_record(
         a.before.at,
         finished,
         summary.exit_code,
-        summary.commitlog["max_offset"] if summary.commitlog else None,
+        summary.commitlog.max_offset if summary.commitlog else None,
         tuple(scope.segments),
         tuple(scope.skipped),
         scope.base_run_id,
