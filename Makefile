@@ -87,8 +87,12 @@ broker-stores: setup
 test-quick: base
 	$(PYTEST) -m "not broker and not cluster and not s3 and not browser"
 
+# ruff; mypy on storelib, udfs and jobs (settings in pyproject.toml); the import contract: no cycle, no upward
+# import across the layers (conf/import_contract.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) conf/import_contract.py
 
 bench: base
 	$(PY) -m bench --dir $(BENCH_DIR) $(BENCH_ARGS)

@@ -10,17 +10,17 @@ fresh copy, ours the store read once before) and starts on a settled disk: no wr
 the one before it (``bench.generated.settle``). The table gives the median and the range of each, and the issue's
 ratios: our whole process against the broker's rebuild, our nearly empty store against bare Spark, our marginal
 rate against the broker's. ``--ten-gb``: only one round of the broker's and our rebuild of ten full 1 GiB segments
-(15,000,000 records, written once).
+(15,000,000 records, written once). Each run writes its result file, the machine and every measurement, into
+``--results`` (default bench/results/; bench/results.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 from pathlib import Path
 
-from bench import broker
+from bench import broker, results
 from bench.generated import (
     BARE_SPARK,
     SESSION_SPARK,
@@ -33,6 +33,7 @@ from bench.generated import (
     rebuild_process,
 )
 from bench.ratios import Measured, table
+from bench.results import RESULTS
 
 
 def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
@@ -69,13 +70,12 @@ def broker_comparison(root: Path, master: str, repeat: int) -> Measured:
     return Measured(messages, theirs, ours, bare, session, audit, differing)  # type: ignore[arg-type]
 
 
-def ten_gb_comparison(root: Path, master: str) -> None:
-    """One round on the 10 GB store (``broker.TEN_GB``, written once: ~9 minutes): our rebuild of the store, its
+def ten_gb_comparison(root: Path, master: str) -> dict[str, object]:
+    """One round on the 10 GB store (``broker.TEN_GB``, written once): our rebuild of the store, its
     segments read into the page cache first, then the broker's rebuild of a fresh copy; each rebuild compared file
     by file with the files the broker wrote live (a 5.5.0 broker re-dispatches only its last 10 segments, so its
-    rebuild leaves the first segment's units out of the queues' first files). Ours runs first: the store and the
-    broker's copy do not both fit in this machine's page cache, and after the broker's run ours read part of the
-    store from disk again (19.2 s, then 15.8 s for the next run)."""
+    rebuild leaves the first segment's units out of the queues' first files). Ours runs first, on the store read
+    into the page cache: the store and the broker's copy need not both fit in it."""
     store = broker.ensure_store(root / "broker", broker.TEN_GB)
     run, out = root / "broker-run-10g", root / "ours-10g"
     read_segments(store / "store")
@@ -92,6 +92,15 @@ def ten_gb_comparison(root: Path, master: str) -> None:
         f"{ours_differ[:5]}",
         flush=True,
     )
+    return {
+        "messages": broker.TEN_GB.messages,
+        "record_size": broker.RECORD_SIZE,
+        "broker_s": theirs,
+        "ours_s": ours,
+        "speed_vs_broker": theirs / ours,
+        "target": 2.0,
+        "differing_from_live": {"broker": theirs_differ, "ours": ours_differ},
+    }
 
 
 def read_segments(store: Path) -> None:
@@ -102,16 +111,6 @@ def read_segments(store: Path) -> None:
                 pass
 
 
-def machine() -> str:
-    """CPU model, cores, memory and load averages: what a figure was measured on."""
-    proc = Path("/proc")
-    cpuinfo, meminfo = ((proc / name).read_text().splitlines() for name in ("cpuinfo", "meminfo"))
-    cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?")
-    mem = next((int(x.split()[1]) >> 20 for x in meminfo if x.startswith("MemTotal")), 0)
-    load = " ".join((proc / "loadavg").read_text().split()[:3])
-    return f"{os.cpu_count()} x {cpu}, {mem} GiB, load average {load}"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True, help="cache directory for the stores")
@@ -119,25 +118,38 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs per process: median (generated: fastest), range")
     p.add_argument("--stores", default=",".join(s.name for s in STORES), help="generated stores ('' for none)")
     p.add_argument("--no-broker", action="store_true", help="leave out the comparison with the real broker")
-    p.add_argument("--ten-gb", action="store_true", help="only the 10 GB comparison (store: ~9 min once)")
+    p.add_argument("--ten-gb", action="store_true", help="only the 10 GB comparison (the store written once)")
+    p.add_argument("--results", type=Path, default=RESULTS, help="where the run's result file goes (%(default)s)")
     args = p.parse_args()
     root = Path(args.dir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {machine()}", flush=True)
+    record: dict[str, object] = {"started_at": results.now(), "machine": results.machine()}
+    print(f"machine: {record['machine']}", flush=True)
     if args.ten_gb:
-        ten_gb_comparison(root, args.master)
-        print(f"machine now: {machine()}")
-        return 0
+        record["ten_gb"] = ten_gb_comparison(root, args.master)
+    else:
+        record.update(measure(root, args))
+    record.update(finished_at=results.now(), load_average_at_end=results.load_average())
+    print(f"result file: {results.write(args.results, record)}")
+    return 0
+
+
+def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
+    """The broker comparison (unless --no-broker), then the chosen generated stores: their part of the record."""
+    record: dict[str, object] = {}
     if not args.no_broker:
         measured = broker_comparison(root, args.master, args.repeat)
-        print(f"\n{table(measured, broker.VERSION, broker.RECORD_SIZE)}\nmachine now: {machine()}\n", flush=True)
+        print(f"\n{table(measured, broker.VERSION, broker.RECORD_SIZE)}\n", flush=True)
+        record["broker"] = results.broker_record(measured, broker.VERSION, broker.RECORD_SIZE)
     chosen = [s for s in args.stores.split(",") if s]
     if chosen:
         kernel = kernel_times()
         print(f"kernel: cold compile {kernel['cold_compile_s']:.1f} s, warm load {kernel['warm_load_s']:.2f} s")
         bare = min(python(BARE_SPARK)[0] for _ in range(args.repeat))
-        print_table(generated_rows(root, chosen, args.master, args.repeat), bare)
-    return 0
+        rows = generated_rows(root, chosen, args.master, args.repeat)
+        print_table(rows, bare)
+        record.update(kernel=kernel, bare_spark_s=bare, generated=rows)
+    return record
 
 
 if __name__ == "__main__":

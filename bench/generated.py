@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from storelib.broker.config import broker_config_from_properties
-from storelib.synthetic.generator import PRESETS, generate_store
+from storelib.synthetic.generator import generate_store
+from storelib.synthetic.spec import PRESETS
 
 READ_CHUNK = 8 << 20  # the scanner's chunk size too
 GIB = 1 << 30

@@ -19,7 +19,8 @@ import sys
 from typing import Any
 
 from jobs.cli import add_broker_config, add_spark_options, broker_config, jar_needs, spark_run
-from jobs.pipeline.audit_flow import DEFAULT_INDEX_SAMPLE, audit
+from jobs.pipeline.audit_flow import audit
+from jobs.pipeline.audit_types import DEFAULT_INDEX_SAMPLE
 from jobs.report.console import console_summary
 from jobs.tables.catalog import default_store_id
 from jobs.tables.history import append_history, last_clean_run
@@ -189,7 +190,7 @@ def _last_clean_run(spark: Any, table: str, store_id: str) -> CleanRun | None:
 
 def _record(spark: Any, table: str, store_id: str, row: HistoryRecord) -> HistoryEntry:
     """Append the run to the history table: where it went, or why it could not."""
-    run = {
+    run: dict[str, Any] = {  # the summary row, JSON-like; append_history adds its run_id
         "store": store_id,
         **{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(row).items() if k != "findings"},
     }

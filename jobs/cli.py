@@ -11,13 +11,13 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
-import importlib.metadata
 import os
 import re
 import shlex
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+from jobs.pipeline.context import tool_version
 from storelib.broker.config import BrokerConfig, load_broker_config, validate
 from storelib.errors import AmbiguousRelease, RmqStoreError, exit_code
 from storelib.findings import Finding
@@ -113,14 +113,6 @@ def print_findings(findings: list[Finding]) -> None:
         print(f"  {f.severity.upper():7} {f.kind}: {f.file}: {f.message}", file=sys.stderr)
 
 
-def tool_version() -> str:
-    """This toolkit's version, as installed (pyproject.toml's ``version``)."""
-    try:
-        return importlib.metadata.version("rmq-store-rebuild")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmqstore", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"rmqstore {tool_version()}")
@@ -165,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """The ``rmqstore`` command: ``main``, then out at once, its streams flushed. Once a verb is done nothing is left
-    to clean up, yet the interpreter's teardown of pyspark, pandas, numba and pyarrow took 0.2-0.3 s, and the driver
-    JVM of a local master begins its own exit (~0.4 s) only when this process is gone."""
+    to clean up but the interpreter's teardown of pyspark, pandas, numba and pyarrow, and the driver JVM of a local
+    master begins its own exit only when this process is gone."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed stream: nothing more to say there
@@ -202,7 +194,7 @@ def _stop_spark() -> None:
     from jobs.runtime.session import under_spark_submit
 
     active = SparkSession.getActiveSession()
-    if active is not None and (under_spark_submit() or not LOCAL_MASTER.fullmatch(active.sparkContext.master)):
+    if active is not None and (under_spark_submit() or not LOCAL_MASTER.fullmatch(active.sparkContext.master or "")):
         active.stop()
 
 

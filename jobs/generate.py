@@ -17,12 +17,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jobs.cli import add_broker_config, broker_config
 from storelib.broker.config import BrokerConfig, broker_config_from_properties
 from storelib.broker.versions import DEFAULT_RELEASE, rules_for
 from storelib.errors import EXIT_OK, BadInput, ConfigError, Refused
-from storelib.synthetic.generator import PRESETS, STORE_ENTRIES, GenerateSummary, GeneratorSpec, generate_store
+from storelib.synthetic.generator import STORE_ENTRIES, generate_store
+from storelib.synthetic.spec import PRESETS, GenerateSummary, GeneratorSpec
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1000, "m": 1 << 20, "mib": 1 << 20, "mb": 10**6}
 _UNITS |= {"g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
@@ -91,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> GeneratorSpec:
     """The preset's spec with every option given on the command line applied."""
     spec = PRESETS[args.preset].spec
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # GeneratorSpec fields, from the command line's values
     if args.messages is not None:
         changes |= {"messages": args.messages, "target_bytes": None}
     if args.size is not None:

@@ -22,8 +22,8 @@ from jobs.cli import add_broker_config, broker_config
 from jobs.pipeline.rebuild_flow import list_segments, resolve_rules
 from storelib.audit.timers import Settings, TimerAudit, audit_timers
 from storelib.broker.config import BrokerConfig
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.timers import SCHEMA as TIMER_SCHEMA
-from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from storelib.reports.inspection import IndexInfo, QueueInfo, StoreReport, inspect_store, printable
 from udfs.timers import pending_by_topic, read_store, summary, write_pending

@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
         if args.rebuilt is not None:
             return recover(run_, args.store, args.rebuilt, args.apply, args.truncate_torn_tail, backup, args.report)
         with run_.work_dir(args.report or args.store) as work:
-            rebuild(run_, args.store, f"{work}/rebuilt", on_error="skip-segment")
+            settled = rebuild(run_, args.store, f"{work}/rebuilt", on_error="skip-segment").run
             return recover(
-                run_, args.store, f"{work}/rebuilt", args.apply, args.truncate_torn_tail, backup, args.report
+                settled, args.store, f"{work}/rebuilt", args.apply, args.truncate_torn_tail, backup, args.report
             )
     except Refused as exc:
         print(f"rmqstore recover: refused: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """rmq-store-rebuild's library: every RocketMQ store format fact and broker rule, in pure Python + numpy, no Spark.
 
-Layers, each importing only the ones above it:
+Layers, each importing only the ones above it (``make lint`` checks it: conf/import_contract.py):
 
 - ``errors``, ``constants``, ``layout`` (store names and paths), ``findings`` (the registry of finding kinds);
 - ``formats/``: one module per on-disk file type (layout, sizes, name rule, decode/encode, validation);

@@ -1,4 +1,6 @@
-"""Every number the on-disk formats depend on, and the errors raised on bad input.
+"""The numbers and names several on-disk formats share: record magic codes, flags, property names, Java int
+bounds, the CRC32 polynomial. A fact of one file type lives in its module under storelib/formats/ (the ConsumeQueue
+unit in consumequeue.py, the IndexFile layout in indexfile.py, ...).
 
 All integers on disk are big-endian (Java ``ByteBuffer`` default).
 """
@@ -52,16 +54,13 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TOPIC_MAX_LENGTH = 255
 TOPIC_V1_MAX_BYTES = 127  # v1 stores the topic length in one signed byte
 
-# --- ConsumeQueue ---------------------------------------------------------------
-CQ_STORE_UNIT_SIZE = 20
-CQ_BLANK_SIZE = 0x7FFFFFFF  # pre-blank unit: offset 0, size Integer.MAX_VALUE, tagsCode 0
-
-# --- IndexFile ---------------------------------------------------------------------
-INDEX_HEADER_SIZE = 40
-INDEX_HASH_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
-INT32_MAX = 0x7FFFFFFF
+# --- Java int ------------------------------------------------------------------------
+INT32_MAX = 0x7FFFFFFF  # Integer.MAX_VALUE; also UtilAll.crc32's mask: a CRC32 kept to 31 bits
 INT32_MIN = -0x80000000
+
+# --- CRC32 (zlib's, as java.util.zip.CRC32) ---------------------------------------------
+#: the CRC-32 polynomial, reflected: bit 31 holds the coefficient of x^0, bit 0 that of x^31
+CRC32_POLYNOMIAL = 0xEDB88320
 
 # --- StoreCheckpoint -----------------------------------------------------------------
 CHECKPOINT_SIZE = 4096

@@ -4,7 +4,8 @@ Used by rebuild (damaged segments, queue offset gaps), audit and recover. ``KIND
 kind, once: its area of the store, severity and meaning, whether ``rmqstore recover`` repairs it (or its
 checkpoint step answers it), whether it stops recover altogether and what to do then, whether the broker's
 load() fails on it or its recovery stops at it, whether it is damage to one record, whether it leaves a run
-incomplete. Code asks the kind; the README's table of kinds is checked against it (tests/test_findings.py).
+incomplete. Code asks the kind; the docs' tables of kinds are made from it (``kinds_table``, ``python -m
+storelib.findings --markdown``; tests/test_findings.py fails when a page's table differs).
 ``finding()`` is the only way a Finding is made, so an unregistered kind fails where it is emitted.
 ``Finding.to_dict`` is the documented, stable JSON schema of every report.
 """
@@ -12,7 +13,9 @@ incomplete. Code asks the kind; the README's table of kinds is checked against i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict, Unpack
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -41,7 +44,7 @@ class Finding:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> Finding:
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:  # a report's JSON object
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -93,9 +96,12 @@ def _timer(severity: str, what: str, at_start: str, repairable: bool = False, st
     return Kind(AREA_TIMERS, severity, meaning, repairable, start_fails=start_fails, at_start=at_start)
 
 
-_SEGMENT_STOPS = dict(area=_LOG, severity="error", recovery=STOPS)
+def _segment_stops(meaning: str, start_fails: str = "") -> Kind:
+    """Records stop in the middle of the log: an error the broker's recovery stops at."""
+    return Kind(_LOG, "error", meaning, start_fails=start_fails, recovery=STOPS)
 
-#: every finding kind an audit reports (with those of the rebuild it includes), for the README and the HTML legend
+
+#: every finding kind an audit reports (with those of the rebuild it includes), for the docs and the HTML legend
 KINDS: dict[str, Kind] = {
     # ConsumeQueue
     "cq-missing-tail": Kind(
@@ -252,30 +258,16 @@ KINDS: dict[str, Kind] = {
         "the log ends with a damaged record the broker would truncate (recover --truncate-torn-tail)",
         True,
     ),
-    "segment-gap": Kind(meaning="commitlog segments missing between two segments", **_SEGMENT_STOPS),
-    "segment-size": Kind(
-        meaning="a commitlog segment of the wrong size",
-        start_fails="a commitlog segment has the wrong size",
-        **_SEGMENT_STOPS,
+    "segment-gap": _segment_stops("commitlog segments missing between two segments"),
+    "segment-size": _segment_stops(
+        "a commitlog segment of the wrong size", start_fails="a commitlog segment has the wrong size"
     ),
-    "segment-misaligned": Kind(
-        meaning="a segment name that is not a multiple of mappedFileSizeCommitLog", **_SEGMENT_STOPS
-    ),
-    "segment-torn": Kind(
-        meaning="records stop in the middle of the log: a record runs past its segment", **_SEGMENT_STOPS
-    ),
-    "segment-bad-magic": Kind(
-        meaning="records stop in the middle of the log at an unknown magic code", **_SEGMENT_STOPS
-    ),
-    "segment-bad-size": Kind(
-        meaning="records stop in the middle of the log at an impossible TOTALSIZE", **_SEGMENT_STOPS
-    ),
-    "segment-bad-blank": Kind(
-        meaning="records stop in the middle of the log at a BLANK of the wrong length", **_SEGMENT_STOPS
-    ),
-    "segment-zero-tail": Kind(
-        meaning="records stop in the middle of the log at zero bytes before the segment's end", **_SEGMENT_STOPS
-    ),
+    "segment-misaligned": _segment_stops("a segment name that is not a multiple of mappedFileSizeCommitLog"),
+    "segment-torn": _segment_stops("records stop in the middle of the log: a record runs past its segment"),
+    "segment-bad-magic": _segment_stops("records stop in the middle of the log at an unknown magic code"),
+    "segment-bad-size": _segment_stops("records stop in the middle of the log at an impossible TOTALSIZE"),
+    "segment-bad-blank": _segment_stops("records stop in the middle of the log at a BLANK of the wrong length"),
+    "segment-zero-tail": _segment_stops("records stop in the middle of the log at zero bytes before the segment's end"),
     "segments-skipped": Kind(
         _RUN,
         "error",
@@ -432,7 +424,25 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def finding(kind: str, file: str, message: str, **fields: object) -> Finding:
+class QueuePlace(TypedDict, total=False):
+    """Where in a queue (or a queue's file) a finding is."""
+
+    topic: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    file_offset: int | None
+
+
+class FindingFields(QueuePlace, total=False):
+    """The optional fields of a Finding, as ``finding()`` takes them."""
+
+    commitlog_offset: int | None
+    count: int | None
+    expected: str | None
+    actual: str | None
+
+
+def finding(kind: str, file: str, message: str, **fields: Unpack[FindingFields]) -> Finding:
     """A Finding of a registered kind, with the kind's severity: the only way findings are made."""
     if kind not in KINDS:
         raise KeyError(f"finding kind {kind!r} is not registered in storelib.findings.KINDS")
@@ -462,3 +472,20 @@ def blocks_recover(f: Finding) -> bool:
 def finding_order(f: Finding) -> tuple[object, ...]:
     """Worst first, then by file and position: the order of every report."""
     return (-SEVERITIES.index(f.severity), f.file, f.queue_offset or -1, f.commitlog_offset or -1, f.kind)
+
+
+def kinds_table(areas: Iterable[str] = AREAS) -> str:
+    """The Markdown table of the kinds of ``areas``, in registry order: kind, severity, whether recover repairs it,
+    meaning."""
+    wanted = set(areas)
+    rows = ["| kind | severity | recover | meaning |", "|---|---|---|---|"]
+    for name, k in KINDS.items():
+        if k.area in wanted:
+            rows.append(f"| `{name}` | {k.severity} | {'yes' if k.repairable else ''} | {k.meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m storelib.findings --markdown [AREA ...]: the table of those areas' kinds
+    if sys.argv[1:2] != ["--markdown"]:
+        sys.exit("usage: python -m storelib.findings --markdown [AREA ...]")
+    print(kinds_table(sys.argv[2:] or AREAS))

@@ -14,7 +14,7 @@ import datetime
 import posixpath
 import re
 
-from storelib.constants import TOPIC_MAX_LENGTH
+from storelib.constants import INT32_MAX, TOPIC_MAX_LENGTH
 from storelib.errors import HostileNameError
 
 COMMITLOG = "commitlog"
@@ -34,7 +34,6 @@ _OFFSET_NAME = re.compile(r"[0-9]{20}\Z")
 _INDEX_NAME = re.compile(r"[0-9]{17}\Z")  # yyyyMMddHHmmssSSS, the file's creation time
 _QUEUE_ID = re.compile(r"(0|[1-9][0-9]{0,9})\Z")
 _TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
-INT32_MAX = 0x7FFFFFFF
 
 
 def offset_file_name(offset: int) -> str:

@@ -8,16 +8,9 @@ import io
 from typing import BinaryIO
 
 from storelib.broker.config import BrokerConfig
-from storelib.formats.commitlog import (
-    Message,
-    RecordBatch,
-    SegmentEnd,
-    SegmentScanner,
-    encode_blank,
-    encode_message,
-    format_properties,
-)
-from storelib.synthetic.generator import GeneratorSpec
+from storelib.formats.commitlog import Message, encode_blank, encode_message, format_properties
+from storelib.formats.scanner import RecordBatch, SegmentEnd, SegmentScanner
+from storelib.synthetic.spec import GeneratorSpec
 
 SEGMENT_FILE = "commitlog/00000000000000000000"
 #: what a RecordBatch says about each record

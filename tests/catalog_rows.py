@@ -1,5 +1,5 @@
 """Hand-written message rows of two brokers for the Delta catalog tests (tests/test_delta.py, tests/test_s3.py),
-and the README's catalog queries."""
+and the catalog queries of docs/delta-tables.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from udfs.schema import MESSAGE_SCHEMA
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DELTA_PAGE = Path(__file__).resolve().parents[1] / "docs" / "delta-tables.md"
 T0 = int(dt.datetime(2024, 5, 1, 21, 0, tzinfo=dt.UTC).timestamp() * 1000)  # 2024-05-01 21:00 UTC
 HOUR = 3_600_000
 
@@ -55,7 +55,7 @@ def records_df(spark, rows: list[dict]):
     return spark.createDataFrame(rows, from_arrow_schema(MESSAGE_SCHEMA))
 
 
-def readme_queries() -> list[str]:
-    text = README.read_text()
+def catalog_page_queries() -> list[str]:
+    text = DELTA_PAGE.read_text()
     section = text[text.index("<!-- BEGIN delta -->") : text.index("<!-- END delta -->")]
     return re.findall(r"```sql\n(.*?)```", section, re.S)

@@ -487,7 +487,8 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.context import Run
     from storelib.broker.config import BrokerConfig
-    from storelib.synthetic.generator import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import generate_store
+    from storelib.synthetic.spec import GeneratorSpec
 
     cfg = BrokerConfig(
         mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400

@@ -266,7 +266,8 @@ def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark
     from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.context import Run
     from jobs.pipeline.rebuild_flow import rebuild
-    from storelib.synthetic.generator import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import generate_store
+    from storelib.synthetic.spec import GeneratorSpec
 
     cfg = BrokerConfig(mappedFileSizeCommitLog=1 << 16, maxHashSlotNum=97, maxIndexNum=400)
     store = tmp_path / "store"
@@ -300,7 +301,7 @@ def test_the_index_stage_is_one_job_per_step_and_its_findings_are_the_sets(spark
         sets["missing"][1],
         f"keyHash {sets['missing'][2]} finds commitlog offset {sets['missing'][1]}",
     )
-    assert result.report.summary.index["keys_total"] == sets["keys_total"]
+    assert result.report.summary.index.keys_total == sets["keys_total"]
     # the packed tasks' jobs (jobs.pipeline.tasks): the queues', then the IndexFile stage's two, one stage each
     assert [len(stages) for stages in _packed_jobs(spark, "index-stage")] == [1, 1, 1]
 

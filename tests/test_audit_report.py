@@ -9,7 +9,7 @@ from typing import Any
 from jobs.report.audit_report import render_html
 from jobs.report.console import console_summary
 from storelib.findings import Finding, finding
-from storelib.reports.report import AuditReport, audit_summary
+from storelib.reports.report import AuditReport, AuditSummary, IndexCounts, LogCounts, QueueCounts, audit_summary
 
 HOSTILE = '<script>alert("x")</script>&amp;'
 IMG = "<img src=x onerror=alert(1)>"
@@ -36,11 +36,7 @@ PAGE_TAGS |= {"svg", "rect", "line", "text"}
 
 def report(findings: list[Finding], exit_code: int, **run: Any) -> AuditReport:
     """An audit report.json with one divergent queue of a hostile topic and one repair."""
-    counts = {
-        "commitlog": {"segments": 1, "messages": 7, "min_offset": 0, "max_offset": 4000},
-        "queues": {"audited": 3, "ok": 2},
-        "index": {"live_files": 2, "rebuilt_files": 2, "keys_total": 9, "keys_checked": 9, "entries_checked": 9},
-    }
+    counts = {"commitlog": LogCounts(7, 0, 4000, 1), "queues": QueueCounts(3, 2), "index": IndexCounts(2, 2, 9, 9, 9)}
     queue = {"topic": HOSTILE, "queue_id": 0, "status": "error", "kinds": [IMG], "live_entries": 5, "live_end": 5}
     queue |= {"rebuilt_entries": 6, "rebuilt_min": 0, "rebuilt_end": 6, "first_bad_queue_offset": 2, "bad_entries": 1}
     text = {
@@ -104,6 +100,20 @@ class Page(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+
+
+def test_the_summary_counts_are_typed_in_report_json_objects() -> None:
+    """report.json's summary.commitlog, queues and index: objects by field name, read back as the typed counts."""
+    summary = report([crc(100)], 1).summary
+    assert (summary.commitlog, summary.queues, summary.index) == (
+        LogCounts(messages=7, min_offset=0, max_offset=4000, segments=1),
+        QueueCounts(audited=3, ok=2),
+        IndexCounts(live_files=2, rebuilt_files=2, keys_total=9, keys_checked=9, entries_checked=9),
+    )
+    written = summary.to_json()
+    assert written["queues"] == {"audited": 3, "ok": 2}
+    assert AuditSummary.from_json(written) == summary
+    assert AuditSummary.from_json({"exit_code": 2}).commitlog is None  # the audit stopped before the stages
 
 
 def test_render_html_shows_hostile_names_as_text_never_as_markup() -> None:

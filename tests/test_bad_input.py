@@ -458,7 +458,8 @@ def business(records: list[Rec], segment: int) -> list[Rec]:
 
 @pytest.fixture(scope="module")
 def clean_store(tmp_path_factory) -> Path:
-    from storelib.synthetic.generator import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import generate_store
+    from storelib.synthetic.spec import GeneratorSpec
 
     root = tmp_path_factory.mktemp("reliability") / "clean"
     generate_store(root, GeneratorSpec(messages=1500, topics=2, queues_per_topic=2, seed=11), CFG)

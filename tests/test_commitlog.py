@@ -14,6 +14,17 @@ from hypothesis import strategies as st
 
 from storelib.errors import StoreFormatError
 from storelib.formats.commitlog import (
+    MIN_RECORD_SIZE,
+    Message,
+    body_crc,
+    decode_message,
+    encode_blank,
+    encode_message,
+    format_properties,
+    parse_properties,
+    record_length,
+)
+from storelib.formats.scanner import (
     DAMAGE_CRC,
     DAMAGE_LENGTH,
     END_BAD_BLANK,
@@ -23,16 +34,7 @@ from storelib.formats.commitlog import (
     END_EOF,
     END_TORN,
     END_ZERO_TAIL,
-    MIN_RECORD_SIZE,
-    Message,
     SegmentScanner,
-    body_crc,
-    decode_message,
-    encode_blank,
-    encode_message,
-    format_properties,
-    parse_properties,
-    record_length,
 )
 from tests.builders import encode_segment, msg, scan
 from tests.roundtrip import assert_roundtrip

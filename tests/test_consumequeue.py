@@ -69,6 +69,19 @@ def test_file_start(queue_offset: int, file_size: int, start: int) -> None:
     assert file_start(queue_offset, file_size) == start
 
 
+def test_file_name_rule() -> None:
+    """Unit n of a queue is at byte n * unit size, in the file named by its start byte (hand-checked)."""
+    cq, bcq = CONSUME_QUEUE, batchcq.BATCH_CONSUME_QUEUE
+    assert cq.first_unit("00000000000000032000") == 1600
+    assert cq.units_per_file(8000) == 400
+    assert cq.file_name(1613, 8000) == "00000000000000032000"
+    assert cq.file_offset(1613, 8000) == 260
+    assert (cq.whole_units(8010), cq.partial_unit(8010)) == (400, 10)
+    assert bcq.first_unit("00000000000000004600") == 100
+    assert bcq.file_name(250, 4600) == "00000000000000009200"
+    assert bcq.file_offset(250, 4600) == 2300
+
+
 def test_valid_prefix_is_the_recover_rule() -> None:
     valid_prefix = CONSUME_QUEUE.valid_prefix
     data = UNIT + PRE_BLANK + unit(5, 1, 0) + unit(-1, 5, 0) + UNIT

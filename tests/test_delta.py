@@ -17,7 +17,7 @@ from jobs.tables.catalog import CLUSTER_BY, default_store_id, write_catalog
 from jobs.tables.delta import DELTA_EXTENSION, append_rows, has_delta_spark, read_delta, table_history
 from jobs.tables.history import append_history, last_clean_run, read_history, run_version
 from storelib.findings import Finding, finding
-from tests.catalog_rows import BROKER_A, BROKER_B, HOUR, T0, message, readme_queries, records_df
+from tests.catalog_rows import BROKER_A, BROKER_B, HOUR, T0, catalog_page_queries, message, records_df
 
 #: broker-a as an earlier rebuild saw it: its last message differed, and one more message was there
 BROKER_A_BEFORE = [
@@ -113,9 +113,9 @@ def test_catalog_is_clustered_and_readable_by_delta_rs(catalog):
     assert DeltaTable(table).metadata().partition_columns == []
 
 
-def test_readme_queries_run_on_the_catalog(spark, catalog):
+def test_catalog_page_queries_run_on_the_catalog(spark, catalog):
     read_delta(spark, catalog[0]).createOrReplaceTempView("catalog")
-    by_key, by_time, by_queue = (spark.sql(q).collect() for q in readme_queries())
+    by_key, by_time, by_queue = (spark.sql(q).collect() for q in catalog_page_queries())
 
     assert [(r.topic, r.queue_offset, r.commitlog_offset) for r in by_key] == [
         ("orders", 2, 400),

@@ -3,7 +3,7 @@ loses files (or is torn, or crashed), the broker alone serves what it can from i
 runs and the broker serves it again. After recover the broker must serve exactly what it served before the loss
 (every queue from min to max, tag-filtered pulls, every lookup by key, UNIQ_KEY and 5.5 tag: harness `served`), and
 the rebuilt files must equal the broker's own. What the broker alone served is recorded, not asserted: it is the
-"before" column of the README's table (`python -m tests.broker.disasters`)."""
+"before" column of the table in docs/disasters.md (`python -m tests.broker.disasters`)."""
 
 from __future__ import annotations
 

@@ -18,15 +18,7 @@ from jobs.pipeline.rebuild_flow import rebuild
 from jobs.pipeline.recover_flow import recover
 from storelib.broker.config import load_broker_config
 from storelib.constants import DLEDGER_ENTRY_HEADER
-from storelib.formats.commitlog import (
-    DLEDGER_FRAMING,
-    END_BAD_MAGIC,
-    END_BAD_SIZE,
-    END_BLANK,
-    END_TORN,
-    Message,
-    encode_message,
-)
+from storelib.formats.commitlog import Message, encode_message
 from storelib.formats.dledger import (
     ENTRY_INDEX,
     ENTRY_POS,
@@ -41,6 +33,7 @@ from storelib.formats.dledger import (
     parse_checkpoint,
 )
 from storelib.formats.dledger_convert import plain_records, segment_tail
+from storelib.formats.scanner import DLEDGER_FRAMING, END_BAD_MAGIC, END_BAD_SIZE, END_BLANK, END_TORN
 from storelib.reports.inspection import inspect_store
 from tests import reference
 from tests.broker.fixtures import harness_store
@@ -117,7 +110,7 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     written = json.loads((out / "rebuild.json").read_text())
     assert written["broker_config"]["enableDLegerCommitLog"] is True
     assert written["broker_rules"]["name"] == {"5.5.0": "5.5", "4.9.7": "4.9.3"}[version]
-    checked = audit(run, str(store / "store"), str(out), None)
+    checked = audit(result.run, str(store / "store"), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)
 
 
@@ -197,7 +190,7 @@ def test_the_audit_names_damage_only_a_dledger_store_has(spark, tmp_path: Path, 
 def recovered(spark, store: Path, tmp_path: Path, broker_conf: Path) -> int:
     """``rmqstore recover --apply`` on ``store``: rebuilt into tmp_path, backup there too; its exit code."""
     run = Run(spark, load_broker_config(broker_conf))
-    rebuild(run, str(store), str(tmp_path / "rebuilt"), on_error="skip-segment")
+    run = rebuild(run, str(store), str(tmp_path / "rebuilt"), on_error="skip-segment").run
     return recover(run, str(store), str(tmp_path / "rebuilt"), True, backup_dir=tmp_path / "backup")
 
 
@@ -254,7 +247,7 @@ def test_recover_after_kill9_gives_what_the_broker_serves_after_its_own_restart(
     recovered_view = queue_view(copy, data_end)
     # 4.9.7 only (5.5.0 writes no LMQ queue in DLedger mode): the restarted broker serves its LMQ queues with
     # other queue offsets than its files held at the crash and the records' INNER_MULTI_QUEUE_OFFSET say; not
-    # reproduced, so left out here (README: DLedger stores)
+    # reproduced, so left out here (docs/modes.md: DLedger stores)
     lmq = {q for q in served if q[0].startswith("%LMQ%")}
     assert not lmq if version >= "5" else lmq == {q for q in recovered_view if q[0].startswith("%LMQ%")}
     # a queue the served dump could not pull (4.9.7: RMQ_SYS_TRANS_OP_HALF_TOPIC, "topic not exist"): its max offset
@@ -402,5 +395,5 @@ def test_a_mixed_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: 
     assert result.report.commitlog.messages == len(list(reference.walk_commitlog(root / "commitlog"))) + sum(
         len(walk_entries(f)) for f in data
     )
-    checked = audit(run, str(root), str(out), None)
+    checked = audit(result.run, str(root), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)

@@ -20,8 +20,10 @@ from storelib.findings import (
     finding,
     finding_order,
     is_repairable,
+    kinds_table,
 )
-from storelib.formats.commitlog import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
+from storelib.formats.scanner import END_BAD_BLANK, END_BAD_MAGIC, END_BAD_SIZE, END_TORN, END_ZERO_TAIL
+from tests.kinds_tables import PAGES, page_table
 from tests.roundtrip import assert_roundtrip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,10 +93,17 @@ def test_every_emitted_kind_is_registered() -> None:
     assert emitted - set(KINDS) == set()
 
 
-def test_readme_table_of_kinds_is_the_registry() -> None:
-    """The tables of kinds in README.md and the docs/ pages (docs/timers.md: the timer-* and schedule-* kinds)."""
-    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
-    rows = re.findall(r"^\| `([a-z-]+)` \| (info|warning|error) \| (yes|) *\| (.+?) \|$", text, re.M)
+def test_the_docs_tables_of_kinds_are_the_registry() -> None:
+    """Each page's table of kinds (docs/audit-and-recover.md; docs/timers.md: the timer-* and schedule-* kinds) is the
+    one kinds_table makes from KINDS, row for row: `python -m tests.kinds_tables` rewrites them."""
+    assert sorted(a for areas in PAGES.values() for a in areas) == sorted(AREAS)  # every kind on one page
+    for page, areas in PAGES.items():
+        assert page_table(page) == kinds_table(areas), f"{page.name}: run python -m tests.kinds_tables"
+    rows = re.findall(
+        r"^\| `([a-z-]+)` \| (info|warning|error) \| (yes|) *\| (.+?) \|$",
+        "\n".join(page_table(p) or "" for p in PAGES),
+        re.M,
+    )
     table = {kind: (severity, recover == "yes", meaning) for kind, severity, recover, meaning in rows}
     assert table == {k: (v.severity, v.repairable, v.meaning) for k, v in KINDS.items()}
 

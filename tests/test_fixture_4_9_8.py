@@ -21,17 +21,10 @@ import pytest
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.dispatch import dispatch_batch
-from storelib.formats.commitlog import (
-    DAMAGE_CRC,
-    END_BLANK,
-    END_ZERO_TAIL,
-    SegmentEnd,
-    SegmentScanner,
-    decode_message,
-    encode_message,
-)
+from storelib.formats.commitlog import decode_message, encode_message
 from storelib.formats.consumequeue import QueueFiles
 from storelib.formats.indexfile import IndexFileReader, IndexFileSeries, IndexHeader, query_offsets
+from storelib.formats.scanner import DAMAGE_CRC, END_BLANK, END_ZERO_TAIL, SegmentEnd, SegmentScanner
 from tests import reference
 
 BLANK_MAGIC = -875286124

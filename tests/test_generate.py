@@ -29,14 +29,10 @@ from storelib.constants import (
 )
 from storelib.errors import RmqStoreError
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import END_BLANK, END_ZERO_TAIL, Message, SegmentScanner, decode_message
-from storelib.synthetic.generator import (
-    LONG_TOPIC,
-    PRESETS,
-    GeneratorSpec,
-    generate_store,
-    java_properties_string,
-)
+from storelib.formats.commitlog import Message, decode_message
+from storelib.formats.scanner import END_BLANK, END_ZERO_TAIL, SegmentScanner
+from storelib.synthetic.generator import LONG_TOPIC, generate_store, java_properties_string
+from storelib.synthetic.spec import PRESETS, GeneratorSpec
 from tests.builders import SMALL_CFG, SMALL_SPEC
 from tests.reference import MAGIC_V1, MAGIC_V2, assert_index_equals_reference, store_files, walk_commitlog
 from tests.storecopy import tree_digest

@@ -18,6 +18,7 @@ from storelib.formats.indexfile import (
     IndexFileReader,
     IndexFileSeries,
     IndexHeader,
+    IndexLayout,
     entries_per_file,
     index_file_size,
     key_hash_of,
@@ -62,6 +63,20 @@ def test_sizes() -> None:
     assert index_file_size(5_000_000, 20_000_000) == 420000040
     assert index_file_size(5, 4) == 140
     assert entries_per_file(3000) == 2999
+
+
+def test_layout_parts() -> None:
+    """maxHashSlotNum 5, maxIndexNum 4: header 0..39, slots 40..59, entries from 60, 140 bytes."""
+    layout = IndexLayout(5, 4)
+    assert (layout.entries_at, layout.entry_at(3), layout.size, layout.slot_table) == (60, 120, 140, (40, 20))
+    assert [layout.head_size(n) for n in (0, 1, 3)] == [40, 100, 140]
+    assert [layout.part_at(at) for at in (39, 40, 59, 60, 139)] == [
+        "header",
+        "hash slot 0",
+        "hash slot 4",
+        "entry 0",
+        "entry 3",
+    ]
 
 
 # --- a tiny IndexFile derived by hand: maxHashSlotNum 5, maxIndexNum 4 (3 entries a file) ---------

@@ -16,7 +16,8 @@ import pytest
 from jobs import inspect as inspect_job
 from jobs.generate import broker_properties
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import StoreFacts, select
+from storelib.broker.detection import StoreFacts
+from storelib.broker.rule_choice import select
 from storelib.reports.inspection import inspect_store
 from storelib.synthetic.generator import LONG_TOPIC, generate_store
 from tests.builders import SMALL_CFG, SMALL_SPEC

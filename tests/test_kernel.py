@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storelib.formats import kernel
-from storelib.formats.commitlog import find_properties
+from storelib.formats import index_walks, kernel
 from storelib.formats.javahash import java_hash_utf8_runs
+from storelib.formats.scanner import find_properties
 
 ROOT = Path(__file__).resolve().parents[1]
 INT_MAX = 2**31 - 1
@@ -199,8 +199,8 @@ def test_lookup_walks_return_each_entry_only_from_its_own_slot(index: tuple[np.n
     """walk_reaches always, slot_walks when no two walks meet, are the statement-by-statement lookups."""
     slots, prev, bad_time, key_hash = index
     want = reference_lookup_returns(*(a.tolist() for a in index))
-    assert set(np.flatnonzero(kernel.walk_reaches(slots, prev, bad_time, key_hash, len(prev))).tolist()) == want
-    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, len(prev))
+    assert set(np.flatnonzero(index_walks.walk_reaches(slots, prev, bad_time, key_hash, len(prev))).tolist()) == want
+    reach, met = index_walks.slot_walks(slots, prev, bad_time, key_hash, len(prev))
     assert met or set(np.flatnonzero(reach).tolist()) == want
 
 
@@ -208,7 +208,7 @@ def test_an_entry_on_another_slots_chain_is_not_returned() -> None:
     """Entry 1 holds a keyHash of slot 1 but lies on slot 0's chain (2 -> 1): slot 1's lookup (3) misses it."""
     slots, prev = np.array([2, 3]), np.array([0, 0, 1, 0])
     bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
-    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, 4)
+    reach, met = index_walks.slot_walks(slots, prev, bad_time, key_hash, 4)
     assert not met and reach.tolist() == [False, False, True, True]
 
 
@@ -217,16 +217,20 @@ def test_merged_walks_are_answered_over_the_whole_walk() -> None:
     0's walk passed first: slot_walks says the walks met; walk_reaches finds entry 1."""
     slots, prev = np.array([2, 3]), np.array([0, 0, 1, 1])
     bad_time, key_hash = np.zeros(4, bool), np.array([0, 1, 0, 1])
-    assert kernel.slot_walks(slots, prev, bad_time, key_hash, 4)[1]
-    assert kernel.walk_reaches(slots, prev, bad_time, key_hash, 4).tolist() == [False, True, True, True]
+    assert index_walks.slot_walks(slots, prev, bad_time, key_hash, 4)[1]
+    assert index_walks.walk_reaches(slots, prev, bad_time, key_hash, 4).tolist() == [False, True, True, True]
 
 
 # --- caching where executors can write -------------------------------------------------------
 
 CHILD = """
-import storelib.formats.kernel as k, numpy as np
+import numpy as np
+import storelib.formats.index_walks as w
+import storelib.formats.kernel as k
+import storelib.formats.numba_cache as c
 table, prev, used = k.slot_chains(np.array([5, 13, 5], np.int32), 7)
-print(prev.tolist(), used, sum(k.slot_chains.stats.cache_hits.values()), k._CACHE)
+reach = w.walk_reaches(table.astype(np.int64), np.zeros(3, np.int64), np.zeros(3, np.bool_), np.zeros(3, np.int64), 3)
+print(prev.tolist(), used, sum(k.slot_chains.stats.cache_hits.values()), c.CACHE, len(reach))
 """
 
 
@@ -244,7 +248,7 @@ def test_kernel_imported_from_a_zip_caches_in_a_writable_directory(tmp_path: Pat
     assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
     cache = home / ".cache" / "rmq-store-rebuild" / "numba"
     assert [r.stdout.split() for r in runs] == [
-        ["[0,", "0,", "1]", "2", "0", str(cache)],
-        ["[0,", "0,", "1]", "2", "1", str(cache)],
+        ["[0,", "0,", "1]", "2", "0", str(cache), "3"],
+        ["[0,", "0,", "1]", "2", "1", str(cache), "3"],
     ]
     assert any(cache.rglob("*.nbi"))

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storelib.broker.config import BrokerConfig
+from storelib.broker.rule_choice import RuleInputs
 from storelib.broker.segments import Piece, Segment, SegmentSummary
-from storelib.broker.versions import RuleInputs
 from tests.builders import encode_segment, msg
 from tests.reference import delay_table_ms, index_key_hash, index_keys, tags_code, walk_commitlog
 from udfs.parse import coalesce, cq_units_path, index_scratch_path, parse_segment, segment_parser, summary_path

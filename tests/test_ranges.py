@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import Piece, PieceSummary, Segment, SegmentSummary, merge_pieces, plan_parse_tasks
-from storelib.formats.commitlog import find_record_start
+from storelib.formats.scanner import find_record_start
 from tests.builders import encode_segment, msg
 from udfs.parse import cq_units_path, index_scratch_path, parse_piece, summary_path
 from udfs.schema import INDEX_ENTRY_DTYPE

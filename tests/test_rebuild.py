@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 
 from jobs.pipeline.context import Run
-from jobs.pipeline.rebuild_flow import rebuild
+from jobs.pipeline.rebuild_flow import list_segments, rebuild
+from jobs.pipeline.store_rules import store_rules
 from storelib.broker.config import BrokerConfig, broker_config_from_properties, load_broker_config
 from storelib.errors import DamageStop
 from storelib.formats.commitlog import Message, encode_message
 from storelib.reports.report import RebuildReport
-from storelib.synthetic.generator import PRESETS, generate_store
+from storelib.synthetic.generator import generate_store
+from storelib.synthetic.spec import PRESETS
 from tests import storecopy
 from tests.conftest import FIXTURE_DIR
 from tests.reference import (
@@ -48,6 +50,19 @@ def test_rebuild_matches_the_broker_byte_for_byte(spark, cfg, tmp_path, store):
     assert [f for f in result.report.findings if f.severity != "info"] == []
     written = (out / "rebuild.json").read_text()
     assert RebuildReport.from_json(written) == result.report and result.report.to_json() == written
+
+
+def test_the_store_rules_come_back_in_a_new_run_and_the_given_one_is_unchanged(cfg) -> None:
+    """store_rules returns the settled settings and rules (Run.with_rules); Run is frozen, nothing rewrites it."""
+    run = Run(None, cfg)  # type: ignore[arg-type]  # no Spark: the rules are read on the driver
+    segments, _ = list_segments(str(FIXTURE_DIR / "clean"), cfg)
+    settled = store_rules(run, str(FIXTURE_DIR / "clean"), segments)
+    assert run.broker_rules == {} and run.cfg is cfg and cfg.storeType == cfg.brokerVersion == ""
+    assert (settled.cfg.storeType, settled.cfg.brokerVersion) == ("default", "4.9.1")  # the lowest detected release
+    assert settled.broker_rules[str(FIXTURE_DIR / "clean")].rules.name == settled.cfg.rules.name == "4.9.1"
+    assert store_rules(settled, str(FIXTURE_DIR / "clean"), segments) is settled  # once per run and store
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.cfg = settled.cfg  # type: ignore[misc]
 
 
 def test_crashed_store_rebuilds_the_clean_index_and_reports_the_crc_failures(spark, cfg, tmp_path):

@@ -58,13 +58,13 @@ def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     """A store the real broker wrote: rules detected (no --broker-version), index byte-exact, audit exit 0."""
     store, rules = harness_store(version, variant, seed), DETECTED[version]
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     assert_same_index(store / "store", out)
     assert json.loads((out / "rebuild.json").read_text())["broker_rules"]["name"] == rules
     assert (out / "checkpoint").read_bytes()[24:48] == (store / "store" / "checkpoint").read_bytes()[24:48]
     if version >= "5":  # the timer wheel, folded from the timerlog (docs/timers.md)
         assert (out / "timerwheel").read_bytes() == (store / "store" / "timerwheel").read_bytes()
-    result = audit(run, str(store / "store"), str(out), None)  # run.cfg: the rules the rebuild resolved
+    result = audit(run, str(store / "store"), str(out), None)
     assert [f.kind for f in result.findings] == []
     assert result.exit_code == 0
 
@@ -92,14 +92,14 @@ def test_rocksdb_store_rebuilt_and_audited(spark, tmp_path: Path) -> None:
     one unit deleted from its RocksDB is a finding about that queue."""
     store = harness_store("5.5.0", "rocksdb")
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     rules = json.loads((out / "rebuild.json").read_text())
     assert (rules["broker_rules"]["name"], rules["broker_config"]["storeType"]) == ("5.5", "defaultRocksDB")
     assert "rocksdb-consumequeue" in {c["clue"] for c in rules["broker_rules"]["clues"]}
     assert rules["findings"] == []
     result = audit(run, str(store / "store"), str(out), None)
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
-    assert result.report.summary.queues["audited"] == 29
+    assert result.report.summary.queues.audited == 29
 
     # a copy with the RocksDB moved to consumequeue_rocksdb/ (5.5.0 useSeparateStorePathForRocksdbCQ) and one unit
     # deleted: audited (a rebuild inside) with a fresh config
@@ -166,7 +166,7 @@ def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> N
     crash left short (where the kill landed after the last dispatch there are none) and nothing false."""
     store = harness_store("5.5.0", "kill9")
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     result = audit(run, str(store / "store"), str(out), None)
     assert result.exit_code == 1
     kinds = {f.kind for f in result.findings}
@@ -185,7 +185,7 @@ def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path
     the audit is clean."""
     store = harness_store(version, "upgraded")
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     assert_same_index(store / "store", out)
     rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
     assert [s["name"] for s in rules["stretches"]] == ["4.9.3", rules["name"]]
@@ -200,7 +200,7 @@ def test_a_rocksdb_store_with_a_stale_topics_json_needs_no_flag(spark, tmp_path:
     (no dataVersion.stateVersion) is a weak clue, set aside, said so; rebuild and audit with no flag, exit 0."""
     store = harness_store("5.5.0", "rocksdb-stale-topics")
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
     assert rules["name"] == "5.5" and rules["set_aside"], rules
     assert all(c["weak"] and "topics.json" in c["detail"] for c in rules["set_aside"])

@@ -17,10 +17,10 @@ import pytest
 
 from jobs.pipeline.context import Run
 from jobs.pipeline.recover_flow import check_stopped, recover
-from storelib.constants import CQ_BLANK_SIZE, MESSAGE_MAGIC_CODE
+from storelib.constants import MESSAGE_MAGIC_CODE
 from storelib.errors import Refused
 from storelib.formats.commitlog import decode_message
-from storelib.formats.consumequeue import decode_units
+from storelib.formats.consumequeue import CQ_BLANK_SIZE, decode_units
 from tests.storecopy import copy_store, hold_lock, run_cli, tree_digest
 
 MAX_OFFSET = 3_444_995
@@ -184,7 +184,8 @@ def test_generated_store_with_an_expired_head_is_repaired(spark, tmp_path: Path)
     from jobs.pipeline.audit_flow import audit
     from jobs.pipeline.rebuild_flow import rebuild
     from storelib.broker.config import BrokerConfig
-    from storelib.synthetic.generator import GeneratorSpec, generate_store
+    from storelib.synthetic.generator import generate_store
+    from storelib.synthetic.spec import GeneratorSpec
 
     cfg = BrokerConfig(
         mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400

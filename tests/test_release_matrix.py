@@ -59,7 +59,7 @@ def test_a_release_store_is_detected_rebuilt_and_audited_clean(spark, tmp_path: 
     """No flag: the releases detected hold the broker's, the rebuild is byte-exact, the audit finds nothing."""
     store = harness_store(version, "default", seed)
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
-    rebuild(run, str(store / "store"), str(out))
+    run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     assert_same_index(store / "store", out)
     rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
     assert rules["source"] == "detected" and rules["verified_by"], rules

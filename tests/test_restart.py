@@ -158,8 +158,8 @@ def test_crash_recovery_deletes_index_files_ending_after_index_msg_timestamp() -
 
 
 def test_the_recovery_rows_a_release_range_meets() -> None:
+    from storelib.broker.detection import Releases
     from storelib.broker.restart import releases_by_rules
-    from storelib.broker.versions import Releases
 
     assert releases_by_rules(Releases.between((5, 2, 0), (5, 4, 0))) == ["5.2.0", "5.3.2"]  # a 5.3.3 store's clues
     assert releases_by_rules(Releases.between((5, 5, 0))) == ["5.5.0"]

@@ -113,7 +113,7 @@ def test_the_audit_predicts_the_broker_start_after_recover(spark, tmp_path: Path
     store = build_store(version, "kill9")
     root = shutil.copytree(store.root, tmp_path / "store", ignore=shutil.ignore_patterns("lock"))
     run = Run(spark, dataclasses.replace(load_broker_config(store.broker_conf), brokerVersion=version))
-    rebuild(run, str(root), str(tmp_path / "rebuilt"))
+    run = rebuild(run, str(root), str(tmp_path / "rebuilt")).run  # with the rules it settled
     assert recover(run, str(root), str(tmp_path / "rebuilt"), True, backup_dir=tmp_path / "backup") in (0, 1)
     expected = broker_start(
         restarted(version, root, read_properties(store.broker_conf)), run.cfg.mappedFileSizeCommitLog

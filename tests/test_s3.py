@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild_flow import list_segments, parse_store
 from jobs.tables.catalog import write_catalog
-from tests.catalog_rows import BROKER_A, BROKER_B, readme_queries, records_df
+from tests.catalog_rows import BROKER_A, BROKER_B, catalog_page_queries, records_df
 from tests.conftest import FIXTURE_DIR
 from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server  # noqa: F401 (fixture s3)
 from udfs.fs import S3Options, delta_storage_options, is_object_store, s3_options, spark_s3_settings, to_s3
@@ -166,7 +166,7 @@ def test_two_nightly_audits_of_one_store_record_both_runs_on_s3(s3: S3Server, tm
 
 def test_story_6_was_a_key_ever_stored_across_three_backups(s3_spark, s3: S3Server, fixture_cfg, tmp_path):
     """Three backups of one store (the 4.9.8 sample as it was 6 and 3 segments ago, and now) in one catalog
-    on S3; the README's key query finds a message of the first segment in all three, timed."""
+    on S3; the key query of docs/delta-tables.md finds a message of the first segment in all three, timed."""
     run = Run(s3_spark, fixture_cfg)
     segments, _ = list_segments(str(CLEAN), run.cfg)
     records = parse_store(run, segments, "messages", str(tmp_path / "scratch")).persist()
@@ -181,7 +181,7 @@ def test_story_6_was_a_key_ever_stored_across_three_backups(s3_spark, s3: S3Serv
         records.unpersist()
     key = first["keys"].split(" ")[0]
 
-    query = readme_queries()[0].replace("ORD-1234", key)
+    query = catalog_page_queries()[0].replace("ORD-1234", key)
     s3_spark.read.format("delta").load(table).createOrReplaceTempView("catalog")
     t0 = time.monotonic()
     found = s3_spark.sql(query).collect()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobs.pipeline.context import Run
-from jobs.runtime import cds, session
+from jobs.runtime import cds_archive, session
 from jobs.runtime.session import LOCAL_JVM_OPTION, local_jvm_options, read_profile, spark_session
 from storelib.broker.config import BrokerConfig
 from storelib.errors import ConfigError
@@ -72,7 +72,7 @@ def test_the_session_has_the_profile_then_the_overrides(spark) -> None:
 
 
 def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(spark, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(cds, "CACHE", tmp_path)  # no class-data archive
+    monkeypatch.setattr(cds_archive, "CACHE", tmp_path)  # no class-data archive
     assert local_jvm_options({}) == {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTION}
     assert local_jvm_options({"spark.driver.extraJavaOptions": "-Xss4m"}) == {
         "spark.driver.extraJavaOptions": f"-Xss4m {LOCAL_JVM_OPTION}"
@@ -85,10 +85,10 @@ def test_a_local_driver_jvm_runs_c1_only_unless_the_user_chose_a_tiered_level(sp
 
 
 def test_the_class_data_archive_is_added_when_made_unless_the_user_chose_class_sharing(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(cds, "CACHE", tmp_path)
+    monkeypatch.setattr(cds_archive, "CACHE", tmp_path)
     key = "spark.driver.extraJavaOptions"
     assert local_jvm_options({}) == {key: LOCAL_JVM_OPTION}  # not made yet
-    archive = cds.driver_archive()
+    archive = cds_archive.driver_archive()
     archive.write_bytes(b"")
     option = f"-XX:SharedArchiveFile={archive}"
     assert local_jvm_options({}) == {key: f"{LOCAL_JVM_OPTION} {option}"}
@@ -99,15 +99,15 @@ def test_the_class_data_archive_is_added_when_made_unless_the_user_chose_class_s
 
 
 def test_the_archive_is_keyed_by_the_java_binary(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(cds, "CACHE", tmp_path)
-    ours = cds.driver_archive()
+    monkeypatch.setattr(cds_archive, "CACHE", tmp_path)
+    ours = cds_archive.driver_archive()
     other = tmp_path / "jdk" / "bin" / "java"
     other.parent.mkdir(parents=True)
     other.write_bytes(b"another java")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
-    assert cds.driver_archive() not in (None, ours)
+    assert cds_archive.driver_archive() not in (None, ours)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
-    assert cds.driver_archive() is None
+    assert cds_archive.driver_archive() is None
 
 
 def test_the_archive_is_keyed_by_the_classpath_jars_sizes_and_mtimes(monkeypatch, tmp_path) -> None:
@@ -119,11 +119,11 @@ def test_the_archive_is_keyed_by_the_classpath_jars_sizes_and_mtimes(monkeypatch
     jars.mkdir(parents=True)
     (jars / "spark-core.jar").write_bytes(b"classes")
     monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "pyspark" / "__init__.py"))
-    monkeypatch.setattr(cds, "CACHE", tmp_path / "cache")
-    first = cds.driver_archive()
-    assert cds.driver_archive() == first
+    monkeypatch.setattr(cds_archive, "CACHE", tmp_path / "cache")
+    first = cds_archive.driver_archive()
+    assert cds_archive.driver_archive() == first
     os.utime(jars / "spark-core.jar", ns=(0, 10**18))
-    assert cds.driver_archive() not in (None, first)
+    assert cds_archive.driver_archive() not in (None, first)
 
 
 def test_a_new_archive_removes_those_of_its_jars_and_of_jars_that_are_gone(tmp_path) -> None:
@@ -137,7 +137,10 @@ def test_a_new_archive_removes_those_of_its_jars_and_of_jars_that_are_gone(tmp_p
         (tmp_path / f"driver-{name}.jsa").write_bytes(b"archive")
         if jars:
             (tmp_path / f"driver-{name}.jars").write_text(str(jars))
-    assert cds.prune(tmp_path / "driver-new.jsa") == [tmp_path / "driver-gone.jsa", tmp_path / "driver-same.jsa"]
+    assert cds_archive.prune(tmp_path / "driver-new.jsa") == [
+        tmp_path / "driver-gone.jsa",
+        tmp_path / "driver-same.jsa",
+    ]
     left = sorted(p.name for p in tmp_path.glob("driver-*"))
     assert left == ["driver-new.jars", "driver-new.jsa", "driver-other.jars", "driver-other.jsa", "driver-unnamed.jsa"]
 
@@ -170,7 +173,7 @@ def test_a_run_waits_for_its_session_at_first_use_and_makes_it_active_on_that_th
     assert seen == {"before": None, "spark": spark, "after": spark}
     # the wait is timed inside the call: never more than the call took, never nothing (a loaded machine may
     # start the call late, so no lower bound from the 0.3 s sleep)
-    assert run.startup == 1.5 and 0 < run.waited <= span and run.spark is spark and run.session is spark
+    assert run.startup == 1.5 and 0 < run.waited <= span and run.spark is spark
 
 
 def test_a_bad_conf_is_refused_before_any_session_starts() -> None:

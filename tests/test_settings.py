@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from storelib.broker.config import BrokerConfig
-from storelib.synthetic.generator import GeneratorSpec, generate_store
+from storelib.synthetic.generator import generate_store
+from storelib.synthetic.spec import GeneratorSpec
 from tests.storecopy import rmqstore_main, tree_digest
 
 CFG = BrokerConfig(mappedFileSizeCommitLog=1 << 16, mappedFileSizeConsumeQueue=400, maxHashSlotNum=97, maxIndexNum=400)

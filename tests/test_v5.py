@@ -20,27 +20,17 @@ import pytest
 
 from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
+from storelib.broker.detection import Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.broker.versions import (
-    RULE_SETS,
-    Releases,
-    RuleInputs,
-    StoreFacts,
-    Stretch,
-    differences,
-    lmq_writers,
-    releases,
-    rules_for,
-    select,
-    select_stretches,
-)
+from storelib.broker.rule_choice import RuleInputs, differences, lmq_writers, select, select_stretches
+from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import SegmentScanner
 from storelib.formats.consumequeue import QueueFiles
 from storelib.formats.indexfile import IndexFileSeries, IndexHeader
 from storelib.formats.rocksdbcq import as_queue_files, parse_unit_key, read_units, unit_key
+from storelib.formats.scanner import SegmentScanner
 from tests.broker.fixtures import harness_store
 from tests.broker.harness import SEEDS
 from tests.reference import walk_commitlog

@@ -1,5 +1,5 @@
 """Release clues that survive a disaster (index/, consumequeue/, batchconsumequeue/ and the checkpoint lost):
-store-root entries, config/ files and the key paths of config/ JSON files (storelib.broker.versions.file_clues).
+store-root entries, config/ files and the key paths of config/ JSON files (storelib.broker.detection.file_clues).
 
 The first releases asserted here are the ones tests/broker/FACTS.md proves from the release jars; the broker
 test checks every real harness store against them.
@@ -17,7 +17,8 @@ import pytest
 
 from jobs.pipeline.rebuild_flow import list_segments, store_facts
 from storelib.broker.config import load_broker_config
-from storelib.broker.versions import StoreFacts, config_keys, parse_version, record_clues, releases
+from storelib.broker.detection import StoreFacts, config_keys, record_clues, releases
+from storelib.broker.versions import parse_version
 from storelib.errors import ConfigError
 from storelib.formats.commitlog import format_properties
 from tests.broker.harness import CORE_VERSIONS, SEEDS, VARIANTS, VERSIONS, build_store, java_available

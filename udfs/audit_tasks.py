@@ -108,7 +108,12 @@ class IndexPosition:
     def to_json(self) -> dict[str, object]:
         """report.json's ``index_files`` entry: the position, both names and the live header."""
         header = dataclasses.asdict(self.header) if self.header else None
-        out = {"position": self.position, "live": self.live, "rebuilt": self.rebuilt, "header": header}
+        out: dict[str, object] = {
+            "position": self.position,
+            "live": self.live,
+            "rebuilt": self.rebuilt,
+            "header": header,
+        }
         return out | ({"unreadable": True} if self.unreadable else {})
 
 
@@ -125,6 +130,7 @@ def audit_index_file(
         in_scope = int(entries.keep(index_entries(IndexFileReader(built, cfg))[1]).sum())
         at = dataclasses.replace(at, rebuilt_entries=in_scope)
     if live_name is None:
+        assert rebuilt_name is not None  # a position has a live file, a rebuilt one or both
         why = f"the rebuilt index has a file at position {position} (rebuilt {rebuilt_name}), the live one does not"
         return dataclasses.replace(at, findings=(finding("index-missing-file", index_file(rebuilt_name), why),))
     rel = index_file(live_name)
@@ -144,6 +150,7 @@ def audit_index_file(
             finding("index-extra-file", rel, f"live file at position {position} has no rebuilt counterpart")
         )
     else:
+        assert rebuilt_name is not None  # it was read
         findings += compare_index_files(rel, live, rebuilt_name, built, cfg)
     return dataclasses.replace(at, findings=tuple(findings))
 

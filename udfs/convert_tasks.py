@@ -3,18 +3,18 @@ offset (storelib.formats.dledger_convert); the source is only read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storelib.broker.segments import Segment
-from storelib.formats.commitlog import END_BLANK, SegmentScanner
 from storelib.formats.dledger_convert import plain_records, segment_tail
+from storelib.formats.scanner import END_BLANK, SegmentScanner
 from storelib.layout import commitlog_file
 from udfs.fs import join, resolve
+from udfs.schema import ArrowMap
 
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 CONVERTED_SCHEMA = pa.schema([("segment", pa.string()), ("messages", pa.int64())])
 _ZEROS = bytes(1 << 20)
 
@@ -45,7 +45,7 @@ def convert_segment(seg: Segment, out_uri: str) -> int:
 def segment_converter(out_uri: str, segments: list[Segment]) -> ArrowMap:
     """The ``mapInArrow`` function: task k converts ``segments[k]``; one row (segment, messages) each."""
 
-    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def convert(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for k in batch.column("id").to_pylist():
                 n = convert_segment(segments[k], out_uri)

@@ -3,15 +3,15 @@ pyspark's own, started light and warm.
 
 - Spark puts pyspark.zip, py4j's zip and the spark-core jar on the workers' PYTHONPATH, and pyspark's worker
   calls ``importlib.invalidate_caches()`` at every task, which in Python 3.11 re-reads the directory of every
-  archive imported from (5,261 entries in the spark-core jar, 1,220 in pyspark.zip, one read per package):
-  about 0.3 s of CPU per task. When pyspark and py4j import without them (a pip install), the archives are
+  archive imported from (5,261 entries in the spark-core jar, 1,220 in pyspark.zip, one read per package).
+  When pyspark and py4j import without them (a pip install), the archives are
   left off sys.path, and their importers out of sys.path_importer_cache (``python -m`` made them while it
   looked for this module), before pyspark is first imported.
 - pandas (which pyarrow imports in every worker), the executor modules and the compiled kernel (numba, numpy)
   are loaded once here, before the daemon forks a worker per task slot.
 - What is loaded then is frozen out of the garbage collector (``gc.freeze``): a reused worker runs
-  ``gc.collect()`` after every task, which otherwise walked (and so copied, page by page, from the daemon)
-  every object of numba and pandas: ~0.45 s per task.
+  ``gc.collect()`` after every task, which otherwise walks (and so copies, page by page, from the daemon)
+  every object of numba and pandas.
 - Big arrays come from the heap and their pages are kept for the next ones (``keep_heap``).
 - A worker acknowledges at once what it reads from its socket (``QuickAckReader``).
 """
@@ -63,11 +63,9 @@ def preload() -> None:
 
 def keep_heap() -> None:
     """glibc maps each block above 32 MB (a numpy array of 4M int64) anew and unmaps it when freed, so a task's
-    every big temporary is faulted in and zeroed page by page: an IndexFile range task of 6M entries faulted 2.3 GB
-    (576k faults, 0.9 s of system time; on this VM type two workers faulting at once each took twice as long).
-    From the heap, the freed blocks serve the next ones (162k faults, 0.2 s), and a reused worker keeps up to
-    ``HEAP_KEPT`` of free heap for its next task (the audit's range tasks after the rebuild's: 0.5-0.6 s each on
-    the bench store, 1.1-1.3 s when each grew its heap again). Not glibc (no mallopt): left as it is."""
+    every big temporary is faulted in and zeroed page by page (an IndexFile range task of 6M entries: 2.3 GB of
+    fresh pages). From the heap, the freed blocks serve the next ones, and a reused worker keeps up to
+    ``HEAP_KEPT`` of free heap for its next task. Not glibc (no mallopt): left as it is."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -80,8 +78,8 @@ class QuickAckReader(io.RawIOBase):
     """A worker's reads from its socket, each acknowledged at once (TCP_QUICKACK).
 
     The JVM writes a task's command and then its input, two writes; Nagle's algorithm holds the second until the
-    first is acknowledged, and Linux delays that acknowledgement by 40 ms when the reader sends nothing back: every
-    task waited 40 ms for its input (32 empty tasks on two cores: 0.95 s, 0.33 s with this). Reads go through the
+    first is acknowledged, and Linux delays that acknowledgement (delayed ACK) when the reader sends nothing back,
+    so every task would wait for its input. Reads go through the
     worker's own buffered reader (``read1``), so nothing it already holds is skipped."""
 
     def __init__(self, infile: BinaryIO) -> None:
@@ -93,7 +91,7 @@ class QuickAckReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self._in.read1(len(buffer))  # type: ignore[attr-defined]
+        data = self._in.read1(len(buffer))  # type: ignore[attr-defined]  # a buffered socket file has read1
         buffer[: len(data)] = data
         with contextlib.suppress(OSError):  # not a TCP socket: nothing delays its acknowledgements
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)

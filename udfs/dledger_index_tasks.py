@@ -3,7 +3,7 @@ compares the live file with the rebuilt one (audit). Formats: storelib.formats.d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -13,9 +13,8 @@ from storelib.formats.dledger import INDEX_FILE_SIZE, UNIT_DTYPE, differing_unit
 from storelib.layout import DLEDGER_INDEX, dledger_file
 from udfs.fs import join, read_file, resolve, write_file
 from udfs.parse import dledger_units_path
-from udfs.schema import DLEDGER_INDEX_SCHEMA
+from udfs.schema import DLEDGER_INDEX_SCHEMA, ArrowMap
 
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 #: (DLedger data directory, index file number, the segments whose entries it indexes)
 Plan = tuple[str, int, list[str]]
 
@@ -40,7 +39,7 @@ def index_builder(out_uri: str, scratch: str, plans: list[Plan]) -> ArrowMap:
     """The ``mapInArrow`` function: task k writes ``plans[k]``'s index file into ``out_uri`` (a full-size file,
     zeros after the last unit: a hole on local disk)."""
 
-    def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def build(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, root = resolve(out_uri)
         sfs = resolve(scratch)[0]
         for batch in batches:
@@ -59,7 +58,7 @@ def index_auditor(store: str, rebuilt: str, files: list[str]) -> ArrowMap:
     """The ``mapInArrow`` function: task k compares the live index file ``files[k]`` (store-relative) with the
     rebuilt one, unit by unit."""
 
-    def compare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def compare(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, root = resolve(store)
         rfs, rroot = resolve(rebuilt)
         for batch in batches:

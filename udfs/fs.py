@@ -187,8 +187,8 @@ def write_in_place(
     """A store file of ``size`` bytes whose first ``head`` bytes ``fill`` writes into zeros, and ``fill``'s result.
 
     On a local filesystem ``fill`` writes into the file itself (a shared mapping of the new, sparse file): no buffer
-    as big as the head is faulted in and then copied by ``write`` (a 20M-entry IndexFile: 420 MB, ~2 s of a task
-    beside another), and the pages it leaves alone stay holes. Elsewhere into a buffer, then ``write_file``. A task
+    as big as the head is faulted in and then copied by ``write`` (a 20M-entry IndexFile's head: 420 MB), and the
+    pages it leaves alone stay holes. Elsewhere into a buffer, then ``write_file``. A task
     run again truncates the file and fills it anew.
     """
     if not isinstance(fs, pafs.LocalFileSystem):

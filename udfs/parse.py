@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import resource
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.dispatch import Dispatch, dispatch_batch, rule_inputs
+from storelib.broker.rule_choice import RuleInputs
 from storelib.broker.segments import (
     FINGERPRINT_COLUMNS,
     Damage,
@@ -37,25 +38,23 @@ from storelib.broker.segments import (
     fingerprint,
 )
 from storelib.broker.timers import timer_records
-from storelib.broker.versions import RuleInputs
-from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.constants import DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
-from storelib.formats.commitlog import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
-from storelib.formats.consumequeue import encode_units
+from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, encode_units
 from storelib.formats.dledger import entry_damage
+from storelib.formats.scanner import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
 from udfs.fs import resolve, write_then_move
-from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
+from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA, ArrowMap
 from udfs.timers import write_records
 
 MODES = ("dispatch", "messages")
-#: bytes a parse task reads at a time: a batch's passes (walk, decode, properties, hashes) over the same bytes find
-#: them in the core's cache more often than with 8 MiB (~15% less CPU per record on 723-byte records)
+#: bytes a parse task reads at a time: small enough that a batch's passes (walk, decode, properties, hashes) over
+#: the same bytes find them in the core's cache (make bench measures the choice)
 PARSE_CHUNK = 2 << 20
-#: bytes of rows a parse task hands Spark at a time: each batch handed over costs pyspark's serializer and the
-#: JVM's reader about a millisecond whatever its size (message rows, a batch per chunk: 128 for a 256 MiB range;
-#: the runs of a task's consecutive small segments, a batch per segment)
+#: bytes of rows a parse task hands Spark at a time: each batch handed over has a fixed cost in pyspark's serializer
+#: and the JVM's reader whatever its size, so chunks' rows (message rows, a batch per chunk; the runs of a task's
+#: consecutive small segments, a batch per segment) are joined up to this
 OUT_BATCH_BYTES = 8 << 20
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def _strings(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
@@ -99,7 +98,7 @@ class PieceUnits:
     """The ConsumeQueue units of a piece's batches, kept until the piece ends (its units are ~3% of its bytes at
     723-byte records): then one scratch file in which each queue's units follow one another (``cq_units_path``),
     and one CQ_RUN_SCHEMA row per run of them, whose ``units_at`` says where its bytes are. Spark moves the rows
-    only: units through Arrow, shuffle and sort cost the JVM ~0.15 s of CPU for 1.5M records.
+    only, not the units (one row per run of consecutive queue offsets, not one per record).
 
     ConsumeQueue and LMQ queues get 20-byte units (queue offset = position); a BatchCQ topic's queues get
     46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config).
@@ -253,9 +252,9 @@ class _Tally:
         self.stretch_inputs: dict[int, RuleInputs] = {}  # by stretch (BrokerConfig.releaseStretches), when several
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
 
-    def add_entries(self, b: RecordBatch) -> None:
-        """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.formats.dledger``)."""
-        units = b.entries
+    def add_entries(self, b: RecordBatch, units: np.ndarray) -> None:
+        """Take a batch's DLedger entry headers (``b.entries``): damage where recovery would stop
+        (``storelib.formats.dledger``)."""
         before = None if not self.entries else (int(self.entries[-1]["index"]), int(self.entries[-1]["term"]))
         for at, kind, detail in entry_damage(units, b.physical_offset - DLEDGER_ENTRY_HEADER, before):
             self.damage.append(Damage(kind, at, detail))
@@ -301,7 +300,7 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
     seg = piece.segment
     start = 0
     if piece.lo:
-        found = find_record_start(stream.read_at, seg.start, seg.size, piece.lo)  # type: ignore[attr-defined]
+        found = find_record_start(stream.read_at, seg.start, seg.size, piece.lo)  # type: ignore[attr-defined]  # a random-access file
         if found is None:
             return None
         start = found
@@ -332,6 +331,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
         try:
             with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
                 scanner = _scan(piece, cfg, stream)
+                damage = scanner.damage if scanner is not None else []  # grows as the scan goes
                 for whole in scanner or ():
                     for stretch, lo, hi, c in cfg.stretch_parts(whole.physical_offset):
                         b = whole if hi - lo == len(whole) else whole.part(lo, hi)
@@ -344,11 +344,13 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
                         found = timer_records(b)
                         if found is not None:
                             timers.append(found)
-                        if b.entries is not None:
+                        if b.entries is not None:  # a DLedger segment's: its units file is open
+                            assert u is not None
                             u.write(b.entries.tobytes())
-                            tally.add_entries(b)
-                        tally.add(b, d, [x.offset for x in scanner.damage], c, stretch)
+                            tally.add_entries(b, b.entries)
+                        tally.add(b, d, [x.offset for x in damage], c, stretch)
             if scanner is not None:
+                assert scanner.end is not None  # set when the scan is done
                 end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
             end = (END_UNREADABLE, max(seg.start, tally.last_message_offset), f"cannot read {seg.uri}: {exc}")
@@ -401,7 +403,7 @@ def segment_parser(cfg: BrokerConfig, mode: str, scratch: str, tasks: list[list[
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
 
-    def pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for k in batch.column("id").to_pylist():
                 for piece in tasks[k]:

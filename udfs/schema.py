@@ -7,7 +7,12 @@ directory instead, so no result is a union of unrelated columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 import pyarrow as pa
+
+#: what a ``mapInArrow`` task runs: the task's input batches in, its output batches out
+ArrowMap = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 #: the rebuild's parse output: a run of ConsumeQueue units of one queue for consecutive queue offsets, as on disk,
 #: in the scratch file of the piece that parsed them (udfs.parse.cq_units_path)

@@ -6,7 +6,8 @@ delayOffset.json. The units and records it holds are those of the timer store al
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -17,8 +18,8 @@ from storelib.formats import timerlog, timerwheel
 from storelib.formats.rocksdbcq import RocksDBCopy
 from storelib.layout import parse_offset_name
 from udfs.fs import join, list_files, read_file, resolve, write_file, write_then_move
+from udfs.schema import ArrowMap
 
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 RESULT_SCHEMA = pa.schema([("result", pa.string())])
 RECORDS_PREFIX = "timer-records-"
 PENDING_FILE = "pending.jsonl"
@@ -143,7 +144,7 @@ def timer_task(store: str, scratch: str, settings: Settings, out: str | None, pe
     into ``out`` (rebuild) and the pending messages into ``pending_out``; one JSON row (``TimerAudit`` less its
     bytes) out."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for _ in batch.column("id").to_pylist():
                 result = audit_timers(read_store(store), read_records(scratch), settings)
@@ -170,7 +171,17 @@ def summary(result: TimerAudit, written: list[str]) -> dict[str, object]:
     }
 
 
-def pending_by_topic(pending: list[rules.Message]) -> list[dict[str, object]]:
+class PendingTopic(TypedDict):
+    """The pending messages of one kind (timer, delay) and real topic."""
+
+    kind: str
+    topic: str
+    pending: int
+    first_due_ms: int
+    last_due_ms: int
+
+
+def pending_by_topic(pending: list[rules.Message]) -> list[PendingTopic]:
     """Per kind (timer, delay) and real topic: how many messages are pending, the earliest and the latest due."""
     by: dict[tuple[str, str], list[int]] = {}
     for m in pending:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
-from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFiles
+from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles
 from storelib.formats.indexfile import (
     IndexHeader,
     IndexPlan,
@@ -24,9 +23,7 @@ from storelib.formats.indexfile import (
 )
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
-from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA
-
-ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA, ArrowMap
 
 
 class _QueueWriter:
@@ -56,7 +53,8 @@ class _QueueWriter:
         unit = self.unit
         self.last_commitlog_offset = int.from_bytes(units[-unit : -unit + 8], "big", signed=True)
         if self.refused is None:
-            files = self.files.add_run(units) if self.batch else self.files.add_run(first_queue_offset, units)
+            f = self.files
+            files = f.add_run(units) if isinstance(f, BatchQueueFiles) else f.add_run(first_queue_offset, units)
             self._write(files)
 
     def _write(self, files: Iterator[tuple[str, bytes]]) -> None:
@@ -126,7 +124,7 @@ def consume_queue_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> Arrow
     units_at (udfs.parse.PieceUnits). Output: one QUEUE_SUMMARY_SCHEMA row per queue.
     """
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: _QueueWriter | None = None
         done: list[dict[str, object]] = []
         units = _PieceFiles(scratch)
@@ -165,7 +163,7 @@ def read_entries(uri: str, first: int, stop: int, out: np.ndarray | None = None)
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
         f.seek(first * _ENTRY_SIZE)
-        view = memoryview(out.view(np.uint8))
+        view = out.view(np.uint8).data
         have = 0
         while have < len(view):
             got = f.readinto(view[have:])

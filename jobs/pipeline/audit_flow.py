@@ -22,52 +22,25 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import time
-from collections.abc import Mapping
 
 from jobs.pipeline.audit_index import audit_index, compare_index
 from jobs.pipeline.audit_log import LogStart, audit_log
 from jobs.pipeline.audit_queues import audit_queues
-from jobs.pipeline.audit_result import AuditResult, Counts, Recorder, finish
+from jobs.pipeline.audit_result import AuditResult, Counts, finish
+from jobs.pipeline.audit_types import DEFAULT_INDEX_SAMPLE, Audit, Recorder
 from jobs.pipeline.context import Found, Run
 from jobs.pipeline.dledger_files import audit_dledger
-from jobs.pipeline.listing import StoreState, check_outside_store, in_use_finding, store_state
+from jobs.pipeline.listing import check_outside_store, in_use_finding, store_state
 from jobs.pipeline.rebuild_flow import list_segments, rebuild, scan_segments, settle_rules, store_rules
 from jobs.pipeline.tasks import submit_inheriting
 from jobs.pipeline.timers import audit_timers
-from storelib.audit.scope import CleanRun, Scope, audit_scope, stale_finding
-from storelib.broker.config import BrokerConfig
+from storelib.audit.scope import CleanRun, audit_scope, stale_finding
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, damage_findings, judge_ends
-from storelib.broker.versions import BrokerRules
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK, CannotAudit, DamageStop
 from storelib.findings import KINDS, Finding, is_divergence
-from storelib.reports.report import REBUILD_REPORT, QueueRow, RebuildReport
+from storelib.reports.report import REBUILD_REPORT, LogCounts, QueueCounts, QueueRow, RebuildReport
 from udfs.fs import join, read_file, resolve
-
-DEFAULT_INDEX_SAMPLE = 200_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Audit:
-    """What every stage of one audit reads, resolved once before the first: the store and its rebuilt index, the
-    settings with the store's broker rules, the scope, the audited segments and their summaries."""
-
-    run: Run
-    cfg: BrokerConfig
-    rules: BrokerRules | None  # the store's broker rules, settled by the parse
-    store: str
-    rebuilt: str
-    rebuilt_temporary: bool  # rebuilt into the work directory, removed when the audit ends
-    scope: Scope
-    rebuild_report: RebuildReport
-    segments: tuple[Segment, ...]  # the audited ones
-    summaries: Mapping[str, SegmentSummary]
-    before: StoreState  # the store when the audit started
-    t0: float
-    index_sample: int = DEFAULT_INDEX_SAMPLE
-    report_dir: str | None = None
-    broker_config: str | None = None  # the --broker-config path (None: RocketMQ's defaults)
-    record: Recorder | None = None  # --history
-    scratch: str | None = None  # the scan's timer records (--rebuilt); None: the audit's own rebuild judged the timers
 
 
 def audit(
@@ -98,14 +71,16 @@ def audit(
     with run.work_dir(report_dir or store) as work:
         if rebuilt is None:
             rebuilt = f"{work}/rebuilt"
-            summaries = _rebuild(run, store, rebuilt, audited)
+            run, summaries = _rebuild(run, store, rebuilt, audited)
             given = None
         else:
             given = _rebuild_report(rebuilt)
-            run.cfg = dataclasses.replace(run.cfg, brokerVersion=rebuilt_release(given, run.cfg.brokerVersion))
-            store_rules(run, store, segments)  # BatchCQ topics and the broker's rules, as the rebuild resolves them
+            release = rebuilt_release(given, run.cfg.brokerVersion)
+            run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, brokerVersion=release))
+            run = store_rules(run, store, segments)  # BatchCQ topics and the rules, as the rebuild resolves them
             summaries = scan_segments(run, audited, f"{work}/scratch")
-            _check_same_rules(settle_rules(run, store, summaries.values()), given)
+            run = run.with_rules(store, settle_rules(run, store, summaries.values()))
+            _check_same_rules(run.broker_rules[store], given)
         a = Audit(
             run,
             run.cfg,
@@ -128,14 +103,14 @@ def audit(
         return _audit(a, listing)
 
 
-def _rebuild(run: Run, store: str, rebuilt: str, audited: list[Segment]) -> dict[str, SegmentSummary]:
-    """The audit's own rebuild into ``rebuilt`` (it resolves the store's rules into ``run``): the audited
-    segments' summaries."""
+def _rebuild(run: Run, store: str, rebuilt: str, audited: list[Segment]) -> tuple[Run, dict[str, SegmentSummary]]:
+    """The audit's own rebuild into ``rebuilt``: the run with the store's rules it settled, the audited segments'
+    summaries."""
     try:
-        summaries = rebuild(run, store, rebuilt, on_error="skip-segment").summaries
+        result = rebuild(run, store, rebuilt, on_error="skip-segment")
     except DamageStop as exc:
         raise CannotAudit(f"the commitlog could not be rebuilt: {exc}") from None
-    return {s.name: summaries[s.name] for s in audited}
+    return result.run, {s.name: result.summaries[s.name] for s in audited}
 
 
 def _rebuild_report(rebuilt: str) -> RebuildReport:
@@ -192,18 +167,13 @@ def _audit(a: Audit, listing: list[Finding]) -> AuditResult:
     found += Found((in_use,) if in_use else ())
     commitlog = a.rebuild_report.commitlog
     counts = Counts(
-        {
-            "messages": commitlog.messages,
-            "min_offset": commitlog.min_offset,
-            "max_offset": commitlog.max_offset,
-            "segments": len(commitlog.segments),
-        },
-        {"audited": len(queue_rows), "ok": sum(1 for r in queue_rows if r.status in ("ok", "info"))},
-        {
-            "live_files": sum(1 for r in index_rows if r.live),
-            "rebuilt_files": sum(1 for r in index_rows if r.rebuilt),
-            **keys,
-        },
+        LogCounts(commitlog.messages, commitlog.min_offset, commitlog.max_offset, len(commitlog.segments)),
+        QueueCounts(len(queue_rows), sum(1 for r in queue_rows if r.status in ("ok", "info"))),
+        dataclasses.replace(
+            keys,
+            live_files=sum(1 for r in index_rows if r.live),
+            rebuilt_files=sum(1 for r in index_rows if r.rebuilt),
+        ),
         tuple(queue_rows),
         tuple(index_rows),
         timer_counts,

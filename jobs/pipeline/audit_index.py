@@ -6,7 +6,6 @@ import collections
 import dataclasses
 import functools
 import operator
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,16 +24,16 @@ from storelib.audit.index_ranges import (
 )
 from storelib.audit.scope import index_repairs
 from storelib.broker.restart import index_deleted
-from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.findings import Finding, finding
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.indexfile import index_file_size
+from storelib.formats.indexfile import IndexLayout, index_file_size
 from storelib.layout import index_file
+from storelib.reports.report import IndexCounts
 from udfs.audit_tasks import IndexPosition, IndexRangeTask, audit_index_file, audit_index_range
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
+    from jobs.pipeline.audit_types import Audit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +47,7 @@ class IndexCompared:
     first: int = 0
     rows: tuple[IndexPosition, ...] = ()
     entries: tuple[Finding, ...] = ()
-    keys: Mapping[str, int] = dataclasses.field(
-        default_factory=lambda: {"keys_total": 0, "keys_checked": 0, "entries_checked": 0}
-    )
+    keys: IndexCounts = dataclasses.field(default_factory=IndexCounts)  # the lookup counts (keys_*, entries_checked)
 
 
 def compare_index(a: Audit) -> IndexCompared:
@@ -91,18 +88,18 @@ def compare_index(a: Audit) -> IndexCompared:
     return IndexCompared(tuple(names), listed, first, tuple(rows), tuple(compared), keys)
 
 
-def audit_index(c: IndexCompared, log: LogStart) -> tuple[list[IndexPosition], dict[str, int], Found]:
+def audit_index(c: IndexCompared, log: LogStart) -> tuple[list[IndexPosition], IndexCounts, Found]:
     """The per-position rows of the report, the lookup counts, and the IndexFiles' findings and repairs, given what
     the broker's next start does (``log``)."""
     index = c.listed
     for r in c.rows:
         index += Found(tuple(r.findings) + tuple(_deleted_on_recovery(log, r)))
     if not c.rows:
-        return [], dict(c.keys), index
+        return [], c.keys, index
     index += Found(c.entries)
     positions = [(r.live, r.rebuilt) for r in c.rows]
     repairs = index_repairs(positions, list(index.findings), c.names[c.first - 1] if c.first else None)
-    return list(c.rows), dict(c.keys), index + Found(repairs=tuple(repairs))
+    return list(c.rows), c.keys, index + Found(repairs=tuple(repairs))
 
 
 def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
@@ -115,7 +112,7 @@ def _entry_scope(a: Audit, rebuilt_names: list[str]) -> EntryScope:
     return EntryScope(from_offset, index_range_bounds(starts))
 
 
-def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> tuple[list[Finding], dict[str, int]]:
+def _compare_entries(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> tuple[list[Finding], IndexCounts]:
     """Every live entry in scope is a rebuilt entry (its keyHash is a key of the record it points at), and every
     rebuilt (keyHash, commitlog offset) is found by the broker's lookup over the live files, sampled above
     ``index_sample``: one task per commitlog range reading only the files with entries there. The findings and the
@@ -140,8 +137,8 @@ def _range_tasks(a: Audit, rows: list[IndexPosition], entries: EntryScope) -> li
     live: dict[int, list[str]] = collections.defaultdict(list)
     built: dict[int, list[str]] = collections.defaultdict(list)
     for r in rows:
-        for k in r.ranges if r.live and r.header else []:
-            live[k].append(r.live)
+        for k in r.ranges if r.header else []:  # a header was read: the live file is there
+            live[k].append(r.live or "")
         f = files.get(r.rebuilt) if r.rebuilt else None
         if f and f.index_count > 1:
             first, last = range_of(np.array([f.begin_phy_offset, f.end_phy_offset]), entries.bounds).tolist()
@@ -190,14 +187,14 @@ def _bad_entries(a: Audit, results: list[RangeComparison]) -> list[Finding]:
     for r in results:
         for name, b in r.bad.items():
             bad[name] = bad[name] + b if name in bad else b
-    entry_at = INDEX_HEADER_SIZE + a.cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
+    layout = IndexLayout.of(a.cfg)
     return [
         finding(
             "index-bad-entries",
             index_file(name),
             f"{b.count} entries point at no record with a key of their keyHash, the first is entry {b.entry}",
             commitlog_offset=b.phy_offset,
-            file_offset=entry_at + b.entry * INDEX_ENTRY_SIZE,
+            file_offset=layout.entry_at(b.entry),
             count=b.count,
             expected=f"a record at commitlog offset {b.phy_offset} with a key of keyHash {b.key_hash}",
             actual=f"keyHash {b.key_hash} -> no such record",
@@ -206,16 +203,16 @@ def _bad_entries(a: Audit, results: list[RangeComparison]) -> list[Finding]:
     ]
 
 
-def _keys_not_found(a: Audit, results: list[RangeComparison]) -> tuple[list[Finding], dict[str, int]]:
+def _keys_not_found(a: Audit, results: list[RangeComparison]) -> tuple[list[Finding], IndexCounts]:
     """index-keys-not-found: the distinct rebuilt pairs the broker's lookup over the live files misses, all of
     them up to ``index_sample`` pairs, else the sampled ones; the entries, pairs and checked pairs counted."""
     total = sum(r.keys_total for r in results)
     sampled = total > a.index_sample
-    info = {
-        "keys_total": total,
-        "keys_checked": sum(r.keys_sampled for r in results) if sampled else total,
-        "entries_checked": sum(r.entries_checked for r in results),
-    }
+    info = IndexCounts(
+        keys_total=total,
+        keys_checked=sum(r.keys_sampled for r in results) if sampled else total,
+        entries_checked=sum(r.entries_checked for r in results),
+    )
     missing = [m for r in results if (m := r.missing_sampled if sampled else r.missing)]
     if not missing:
         return [], info
@@ -225,7 +222,7 @@ def _keys_not_found(a: Audit, results: list[RangeComparison]) -> tuple[list[Find
         "index-keys-not-found",
         "index",
         f"{count} (key, message) pairs are not found by the broker's lookup over the live IndexFiles "
-        f"({info['keys_checked']} of {total} checked)",
+        f"({info.keys_checked} of {total} checked)",
         commitlog_offset=phy,
         count=count,
         expected=f"keyHash {key_hash} finds commitlog offset {phy}",

@@ -15,7 +15,7 @@ from storelib.formats.checkpoint import Checkpoint
 from udfs.audit_tasks import read_checkpoint
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 
 @dataclasses.dataclass(frozen=True)

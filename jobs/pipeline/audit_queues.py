@@ -21,7 +21,6 @@ from jobs.pipeline.listing import list_queues
 from jobs.pipeline.tasks import run_packed
 from storelib.audit.scope import queue_repairs
 from storelib.broker.config import BrokerConfig
-from storelib.constants import CQ_STORE_UNIT_SIZE
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
@@ -35,7 +34,7 @@ from udfs.audit_tasks import QueueTask, audit_queue
 from udfs.fs import join, list_files, read_file, resolve, write_file
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 
 def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
@@ -114,7 +113,8 @@ def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     out = []
     for (_, (live_names, _)), qa in done:
         found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))
-        out.append(qa.row)
+        if qa.row:
+            out.append(qa.row)
     return out, found
 
 
@@ -204,7 +204,7 @@ def rebuilt_queue_stop(rebuilt: str, queue_dir: str) -> int | None:
         valid = CONSUME_QUEUE.valid(units)
         first = CONSUME_QUEUE.valid_prefix(units) if stop is None else len(units)
         if first < len(units):
-            stop = int(f.base_name) // CQ_STORE_UNIT_SIZE + first
+            stop = CONSUME_QUEUE.first_unit(f.base_name) + first
             valid = valid[first:]
         if stop is not None and valid.any():
             return stop

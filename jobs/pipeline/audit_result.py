@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from jobs.pipeline.audit_queues import stopping_queues
-from jobs.pipeline.context import Found
+from jobs.pipeline.context import Found, Run, tool_version
 from storelib.audit.scope import Scope
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import messages_from
@@ -22,8 +22,10 @@ from storelib.reports.report import (
     AuditSummary,
     HistoryEntry,
     HistoryRecord,
+    IndexCounts,
+    LogCounts,
+    QueueCounts,
     QueueRow,
-    ScopeRecord,
     SettingsRecord,
     audit_summary,
     sorted_findings,
@@ -32,12 +34,8 @@ from storelib.reports.verdict import verdict
 from udfs.audit_tasks import IndexPosition
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
     from jobs.pipeline.audit_log import LogStart
-
-#: the verb's history table: given what it keeps of the finished run, appends it, says where (report.json's
-#: ``run.history``) before the report is written
-Recorder = Callable[[HistoryRecord], HistoryEntry]
+    from jobs.pipeline.audit_types import Audit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +43,9 @@ class Counts:
     """report.json's ``summary`` counts (``commitlog``, ``queues``, ``index``), ``queues`` and ``index_files`` rows;
     empty when the audit stopped before the stages."""
 
-    commitlog: Mapping[str, int] | None = None
-    queues: Mapping[str, int] | None = None
-    index: Mapping[str, int] | None = None
+    commitlog: LogCounts | None = None
+    queues: QueueCounts | None = None
+    index: IndexCounts | None = None
     queue_rows: tuple[QueueRow, ...] = ()
     index_rows: tuple[IndexPosition, ...] = ()
     timers: Mapping[str, int] | None = None
@@ -61,6 +59,7 @@ class AuditResult:
     exit_code: int
     report: AuditReport
     repairs: list[Step]  # what ``rmqstore recover`` would change, file by file
+    run: Run  # the run with the store's settings and rules, as the audit settled them
 
 
 def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: int) -> AuditResult:
@@ -80,14 +79,12 @@ def finish(a: Audit, found: Found, log: LogStart | None, counts: Counts, code: i
     report = dataclasses.replace(report, verdict=verdict(report, _messages_lost(a, findings)))
     if a.report_dir is not None:
         write_reports(a.report_dir, report)
-    return AuditResult(findings, code, report, list(found.repairs))
+    return AuditResult(findings, code, report, list(found.repairs), a.run)
 
 
 def _run(a: Audit, log: LogStart | None, scope: Scope, finished: dt.datetime, history: HistoryEntry | None) -> AuditRun:
     """report.json's ``run``: what was audited, when, the broker's next start, the scope, how the verdict was
     reached (the tool, the settings, Spark)."""
-    from jobs.cli import tool_version
-
     return AuditRun(
         store=a.store,
         rebuilt=a.rebuilt,
@@ -97,7 +94,7 @@ def _run(a: Audit, log: LogStart | None, scope: Scope, finished: dt.datetime, hi
         segments=log.facts if log else (),
         restart=log.restart if log else None,
         restart_by_release=log.restart_by_release if log else {},
-        scope=ScopeRecord(**scope.to_dict()),
+        scope=scope.record(),
         broker_rules=a.rebuild_report.broker_rules,
         tool_version=tool_version(),
         spark_master=a.run.spark.sparkContext.master,
@@ -117,7 +114,7 @@ def _history_record(
         a.before.at,
         finished,
         summary.exit_code,
-        summary.commitlog["max_offset"] if summary.commitlog else None,
+        summary.commitlog.max_offset if summary.commitlog else None,
         tuple(scope.segments),
         tuple(scope.skipped),
         scope.base_run_id,

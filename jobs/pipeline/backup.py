@@ -113,7 +113,10 @@ def back_up(steps: list[Step], targets: list[Path], backup: Path) -> tuple[Backe
         entry = BackedUp(s.action, s.file, s.reason)
         if s.action != "create" and target.exists():
             size = target.stat().st_size
-            kept_from = s.offset if s.action == "truncate" else 0  # a truncate keeps what it zeroes
+            kept_from = 0  # a truncate keeps what it zeroes
+            if s.action == "truncate":
+                assert s.offset is not None  # a truncate step names its offset
+                kept_from = s.offset
             digest = hashlib.sha256()
             pour([Piece.of_file(target, 0, kept_from)], None, digest)
             copy = f"files/{i:05d}"

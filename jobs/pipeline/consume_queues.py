@@ -5,7 +5,7 @@ streamed into its files by one writer task (udfs.write.consume_queue_writer), in
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 from pyspark.sql import Window
@@ -19,8 +19,13 @@ from udfs.fs import join, resolve
 from udfs.schema import QUEUE_SUMMARY_SCHEMA
 from udfs.write import consume_queue_writer
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
 
-def write_consume_queues(run: Run, runs: Any, staging: str, scratch: str) -> tuple[list[QueueRecord], list[Finding]]:
+
+def write_consume_queues(
+    run: Run, runs: DataFrame, staging: str, scratch: str
+) -> tuple[list[QueueRecord], list[Finding]]:
     """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse)
     from the units the parse left in ``scratch``: the queues in (topic, queue id) order, and the writers' findings.
 
@@ -37,13 +42,13 @@ def write_consume_queues(run: Run, runs: Any, staging: str, scratch: str) -> tup
     return [_queue_record(r) for r in rows], [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
 
 
-def _queue_record(row: Any) -> QueueRecord:
+def _queue_record(row: Row) -> QueueRecord:
     """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``)."""
     fields = {k: v for k, v in row.asDict().items() if k != "findings"}
     return QueueRecord(**{**fields, "files": tuple(row.files)})
 
 
-def appended_at_write_position(runs: Any, topics: tuple[str, ...], lmq: bool = False) -> Any:
+def appended_at_write_position(runs: DataFrame, topics: tuple[str, ...], lmq: bool = False) -> DataFrame:
     """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
     (BrokerConfig.appended_topics), and with ``lmq`` every LMQ queue's (BrokerConfig.appended_lmq): the queue's first
     unit stays at its record's queue offset, every later run follows the one before (a run is consecutive units,
@@ -58,7 +63,7 @@ def appended_at_write_position(runs: Any, topics: tuple[str, ...], lmq: bool = F
 
 
 def without_segments(
-    run: Run, runs: Any, staging: str, scratch: str, skipped: list[str]
+    run: Run, runs: DataFrame, staging: str, scratch: str, skipped: list[str]
 ) -> tuple[list[QueueRecord], list[Finding]]:
     """The ConsumeQueues written again without the skipped segments' runs (the rare damaged path)."""
     fs, root = resolve(staging)

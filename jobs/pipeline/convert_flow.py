@@ -51,7 +51,7 @@ def convert(run: Run, store: str, out: str) -> Converted:
     """Convert ``store`` into a new plain CommitLog store at ``out``; DamageStop (nothing written) on damage."""
     check_convert_output(store, out)
     segments, findings = list_segments(store, run.cfg)
-    store_rules(run, store, segments)
+    run = store_rules(run, store, segments)
     with run.work_dir(out) as work, run.work_dir(out, same_filesystem=True) as near:
         summaries = settle_torn_tail(segments, scan_segments(run, segments, f"{work}/scratch"))
         findings += judge_ends(segments, summaries) + damage_findings(segments, summaries)

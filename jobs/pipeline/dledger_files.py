@@ -21,7 +21,7 @@ from udfs.fs import join, read_file, resolve
 from udfs.schema import DLEDGER_INDEX_SCHEMA
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 
 def write_index(

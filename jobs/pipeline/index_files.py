@@ -14,11 +14,18 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
 from jobs.pipeline.tasks import run_packed
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
-from storelib.constants import INDEX_ENTRY_SIZE
 from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
-from storelib.formats.indexfile import IndexHeader, IndexPlan, entries_per_file, index_file_plans, needs_empty_tail_file
+from storelib.formats.indexfile import (
+    IndexHeader,
+    IndexLayout,
+    IndexPlan,
+    entries_per_file,
+    index_file_plans,
+    needs_empty_tail_file,
+)
 from storelib.layout import COMMITLOG, deterministic_index_names
 from storelib.reports.report import IndexFileRecord
 from udfs.fs import join, resolve
@@ -28,9 +35,11 @@ from udfs.write import build_index_file, index_part_name, write_index_file
 
 @dataclasses.dataclass
 class Indexed:
-    """What the index stage leaves: the segments' summaries as scanned, the segments left out, the IndexFiles built."""
+    """What the index stage leaves: the segments' summaries as scanned, the store's rules settled by them, the
+    segments left out, the IndexFiles built."""
 
     scanned: dict[str, SegmentSummary]
+    rules: BrokerRules
     skipped: list[str]
     index_files: list[IndexFileRecord]
 
@@ -55,9 +64,9 @@ def index_stage(
     ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
     found = wait_for_summaries(scratch, tasks, parsed)
     scanned = found.summaries
-    settle_rules(run, store, scanned.values())
+    rules = settle_rules(run, store, scanned.values())
     skipped = judge(segments, scanned, findings, on_error)
-    indexed = Indexed(scanned, skipped, [])
+    indexed = Indexed(scanned, rules, skipped, [])
     counts = [(piece, n) for piece, segment, n in found.entries if segment not in skipped]
     indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries, counts)
     return indexed
@@ -106,8 +115,8 @@ def write_index_files(
         return []
     plans = index_file_plans(counts, entries_per_file(cfg.maxIndexNum))
     built: list[tuple[int, IndexHeader]] = []  # (first entry's store timestamp, header) by file number
-    if plans:  # an RDD job: planned in ~5 ms, a DataFrame's in 40-70 ms after the last summary
-        weights = [INDEX_ENTRY_SIZE * sum(stop - first for _, first, stop in p.slices) for p in plans]
+    if plans:  # an RDD job: Spark plans it faster than a DataFrame's query, after the last summary
+        weights = [IndexLayout.entries_bytes(sum(stop - first for _, first, stop in p.slices)) for p in plans]
         planned: list[tuple[int, IndexPlan]] = list(enumerate(plans))
         done = run_packed(run, "index files", planned, weights, lambda p: build_index_file(staging, scratch, cfg, *p))
         built = [result for _, result in sorted(done, key=lambda d: d[0][0])]

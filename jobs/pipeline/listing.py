@@ -90,7 +90,7 @@ def _entries(fs: pafs.FileSystem, path: str, rel: str, findings: list[Finding]) 
     A link is never followed (inspect's rule too): it may lead out of the store, where nothing is audited or
     written.
     """
-    out = []
+    out: list[pafs.FileInfo] = []
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as exc:

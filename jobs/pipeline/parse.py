@@ -10,7 +10,7 @@ import dataclasses
 import posixpath
 import threading
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
@@ -30,6 +30,9 @@ from udfs.fs import is_object_store, read_file, resolve
 from udfs.parse import segment_parser, summary_path
 from udfs.schema import CQ_RUN_SCHEMA, MESSAGE_SCHEMA
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 
 def parse_tasks(run: Run, segments: list[Segment], whole: Collection[str] = ()) -> list[list[Piece]]:
     """The parse's tasks: consecutive segments, or a byte range of a bigger one, of the bytes parse_task_bytes gives
@@ -37,7 +40,7 @@ def parse_tasks(run: Run, segments: list[Segment], whole: Collection[str] = ()) 
     return plan_parse_tasks(segments, parse_task_bytes(sum(s.size for s in segments), run.slots), whole)
 
 
-def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> Any:
+def parse_store(run: Run, segments: list[Segment], mode: str, scratch: str, whole: Collection[str] = ()) -> DataFrame:
     """CQ_RUN_SCHEMA (``dispatch``) or MESSAGE_SCHEMA (``messages``) rows of the segments, a task each of
     ``parse_tasks``."""
     tasks = parse_tasks(run, segments, whole)
@@ -96,15 +99,15 @@ def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
         pieces.setdefault(piece.segment.name, []).append(PieceSummary.from_json(read_file(fs, path).decode()))
         segments[piece.segment.name] = piece.segment
     merged = {name: merge_pieces(segments[name], p) for name, p in pieces.items()}
-    disagree = frozenset(name for name, summary in merged.items() if summary is None)
-    if disagree:
-        raise RangesDisagree(disagree)
+    settled = {name: summary for name, summary in merged.items() if summary is not None}
+    if len(settled) < len(merged):
+        raise RangesDisagree(frozenset(merged.keys() - settled.keys()))
     entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
-    return Parsed(settle_torn_tail(list(segments.values()), merged), entries)  # type: ignore[arg-type]
+    return Parsed(settle_torn_tail(list(segments.values()), settled), entries)
 
 
-#: seconds between two listings of the scratch directory while the parse runs: a local listing costs ~0.1 ms and
-#: the IndexFile job waits for the last summary; an object store's costs a request
+#: seconds between two listings of the scratch directory while the parse runs: a local listing is cheap and the
+#: IndexFile job waits for the last summary; an object store's costs a request
 SUMMARY_POLL = {"local": 0.02, "object store": 0.1}
 
 

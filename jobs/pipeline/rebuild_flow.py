@@ -1,7 +1,7 @@
 """The rebuild on the driver: CommitLog segments -> ConsumeQueue and IndexFile files, byte-exact.
 
-0. the store's rules (jobs.pipeline.store_rules): BatchCQ topics and the broker release's rule set, into
-   ``run.cfg``; with the listing, read while a session still starts (jobs.pipeline.context.Run);
+0. the store's rules (jobs.pipeline.store_rules): BatchCQ topics and the broker release's rule set, in the Run
+   the stages are given; with the listing, read while a session still starts (jobs.pipeline.context.Run);
 1. list the segments (names, sizes; nothing read on the driver) and group them into parse tasks by bytes, a big
    segment cut into byte ranges (jobs.pipeline.parse);
 2. one Spark job: parse the tasks on executors (udfs.parse) and, through a shuffle by queue, stream every
@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jobs.pipeline import parse
 from jobs.pipeline.consume_queues import without_segments, write_consume_queues
@@ -41,6 +41,9 @@ from storelib.findings import Finding
 from storelib.layout import CHECKPOINT
 from storelib.reports.report import REBUILD_REPORT, RebuildReport, build_rebuild_report
 from udfs.fs import is_object_store, join, resolve, write_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 #: what other modules import from here (the stages' modules hold the rest)
 __all__ = [
@@ -76,7 +79,7 @@ class RebuildResult:
     whole: frozenset[str] = frozenset()  # segments parsed whole: their byte ranges did not meet
 
     @functools.cached_property
-    def records(self) -> Any:
+    def records(self) -> DataFrame:
         """One MESSAGE_SCHEMA row per message record (a second parse), persisted: unpersist it."""
         with self.run.work_dir(self.out) as scratch:
             records = parse.parse_store(self.run, self.segments, "messages", scratch, self.whole).persist()
@@ -105,7 +108,7 @@ def rebuild(run: Run, store: str, out: str, on_error: str = "stop") -> RebuildRe
     t0 = time.monotonic()
     check_output(store, out, run.work_root)
     segments, findings = list_segments(store, run.cfg)
-    store_rules(run, store, segments)
+    run = store_rules(run, store, segments)
     whole: frozenset[str] = frozenset()
     while True:
         try:
@@ -140,6 +143,7 @@ def _rebuild(
             finally:
                 parsed.set()
         indexed = indexing.result()
+        run = run.with_rules(store, indexed.rules)
         summaries, index_files = indexed.summaries, indexed.index_files
         dledger_index_files = write_dledger_index(run, segments, indexed.scanned, scratch, staging)
         if indexed.skipped:

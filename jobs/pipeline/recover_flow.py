@@ -110,7 +110,10 @@ def recover(
     """
     check_stopped(store)
     backup = check_backup_dir(store, backup_dir or default_backup_dir(store)) if do_apply else None
-    before = audited or audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
+    if audited is None:
+        audited = audit(run, store, rebuilt, report_dir and join(report_dir, "before"))
+        run = audited.run  # the store's settings and rules, as the audit settled them
+    before = audited
     if before.exit_code == EXIT_CANNOT:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
     planned = plan(before, truncate_torn_tail)

@@ -1,7 +1,7 @@
 """The store's rules, on the driver, before the parse: BatchCQ topics (config/topics.json, batchconsumequeue/, a
 RocksDB's config/topics/), the store type, and the broker release's rule set (``--broker-version``, else detected
-from the store's clues: storelib.broker.versions), which ``store_rules`` puts into ``run.cfg``; detected rules are
-settled after the parse by what it counted (``settle_rules``).
+from the store's clues: storelib.broker.detection), which ``store_rules`` returns in a new Run (the config holding them
+and the rules); detected rules are settled after the parse by what it counted (``settle_rules``).
 """
 
 from __future__ import annotations
@@ -11,32 +11,32 @@ import io
 import itertools
 import sys
 from collections.abc import Iterable
+from typing import TypedDict
 
 import numpy as np
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
 from storelib.broker.config import BrokerConfig, batch_cq_topics
-from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
-from storelib.broker.segments import Segment, SegmentSummary, by_stretch
-from storelib.broker.versions import (
+from storelib.broker.detection import (
     CONFIG_JSON,
-    DEFAULT_RELEASE,
-    BrokerRules,
-    RuleInputs,
+    RecordClues,
     StoreFacts,
     Stretch,
     broker_encoded,
     config_keys,
     record_clues,
-    select_stretches,
 )
-from storelib.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, PROPERTY_INNER_MULTI_QUEUE_OFFSET
+from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.rule_choice import BrokerRules, RuleInputs, select_stretches
+from storelib.broker.segments import Segment, SegmentSummary, by_stretch
+from storelib.broker.versions import DEFAULT_RELEASE
+from storelib.constants import PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from storelib.errors import ConfigError, StoreFormatError
-from storelib.formats.commitlog import DLEDGER_FRAMING, SegmentScanner, find_properties
-from storelib.formats.indexfile import IndexFileReader, IndexHeader, key_hash_of
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, IndexLayout, key_hash_of
 from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
+from storelib.formats.scanner import DLEDGER_FRAMING, SegmentScanner, find_properties
 from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
 from udfs.fs import join, map_file, read_file, resolve
 
@@ -53,16 +53,15 @@ SAMPLE_SEGMENTS = 8
 TAG_KEY_SAMPLE = 32
 
 
-def store_rules(run: Run, store: str, segments: list[Segment]) -> BrokerRules:
-    """Put the store's settings (``resolve_rules``) into ``run.cfg``, once per run and store (``run.broker_rules``);
-    detected rules are settled after the parse (``settle_rules``)."""
+def store_rules(run: Run, store: str, segments: list[Segment]) -> Run:
+    """``run`` with the store's settings and rules (``resolve_rules``), resolved once per run and store (``run``
+    itself when it has them: ``run.broker_rules``); detected rules are settled after the parse (``settle_rules``)."""
     if store in run.broker_rules:
-        return run.broker_rules[store]
-    run.cfg, rules = resolve_rules(store, run.cfg, segments)
-    run.broker_rules[store] = rules
+        return run
+    cfg, rules = resolve_rules(store, run.cfg, segments)
     if run.progress and rules.settled_all:
         print(rules.line, file=sys.stderr)
-    return rules
+    return run.with_rules(store, rules, cfg)
 
 
 def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tuple[BrokerConfig, BrokerRules]:
@@ -74,7 +73,7 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     holds (storelib.formats.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
     ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
     a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
-    ``--broker-version`` when given, else what the store's clues say (storelib.broker.versions.select).
+    ``--broker-version`` when given, else what the store's clues say (storelib.broker.rule_choice.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -114,7 +113,7 @@ HEAD_BYTES = 64 << 10
 
 def find_stretches(fs: pafs.FileSystem, segments: list[Segment]) -> tuple[Stretch, ...]:
     """The stretches of the commitlog that releases with other property-string endings wrote in turn (an in-place
-    upgrade, storelib.broker.versions.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
+    upgrade, storelib.broker.detection.Stretch), oldest first, told by the broker-encoded records (``broker_encoded``):
     each segment's first one, then, where two segments differ, every record of the earlier segment (the active
     segment is read whole: a release may have started since its first record). The later release starts at the
     first of the records, up to its first broker-encoded one (in the earlier segment or at the next one's start),
@@ -164,8 +163,9 @@ def _first_of_run(marks: list[Mark], at: int, ends_02: bool) -> int:
     return at
 
 
-def _told(marks: list[Mark]) -> list[Mark]:
-    return [m for m in marks if m[1] is not None]
+def _told(marks: list[Mark]) -> list[tuple[int, bool]]:
+    """(offset, ends with 0x02) of the broker-encoded records."""
+    return [(m[0], m[1]) for m in marks if m[1] is not None]
 
 
 def _sources(read: dict[str, list[Mark]], lo: int, hi: int) -> tuple[str, ...]:
@@ -197,8 +197,9 @@ def _scan_fingerprints(scanner: SegmentScanner) -> list[Mark]:
 
 
 def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> BrokerRules:
-    """The store's rules once the parse has counted what tells the allowed rule sets apart (AmbiguousRelease when
-    they would write different files), said in one console line."""
+    """The store's rules (``run.broker_rules``) once the parse has counted what tells the allowed rule sets apart
+    (AmbiguousRelease when they would write different files), said in one console line; ``run.with_rules`` holds
+    them."""
     rules = run.broker_rules[store]
     if not rules.settled_all:
         summaries = list(summaries)
@@ -212,7 +213,6 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
             rules = dataclasses.replace(last, earlier=earlier)
         else:
             rules = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))
-        run.broker_rules[store] = rules
         if run.progress:
             print(rules.line, file=sys.stderr)
     return rules
@@ -239,10 +239,10 @@ def store_facts(
     IndexFiles (a local IndexFile is memory-mapped, a remote one read whole), whose hashSlotCount is read too.
     ``since``: the last stretch's first offset in a store several releases wrote (its records only are sampled)."""
     index_dir = join(root, INDEX)
-    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > 40]
+    index = [i.path for i in _entries(fs, index_dir) if is_index_name(i.base_name) and i.size > IndexLayout.HEADER_SIZE]
     headers = [IndexHeader.unpack(read_at(fs, p, 0, 40)) for p in index]
     cfg49 = dataclasses.replace(cfg, brokerVersion=DEFAULT_RELEASE)  # the sample's dispatch: keys, tags, LMQ
-    counts: dict[str, int] = {}
+    counts: RecordClues = {}
     tagged: list[tuple[int, str, str]] = []  # (commitlog offset, topic#UNIQ_KEY, topic#T#tags)
     lmq_sources: set[str] = set()
     for seg in sampled_segments(segments, headers[-1].end_phy_offset if headers else None):
@@ -283,16 +283,22 @@ def _slot_counts(
     fs: pafs.FileSystem, index: list[str], headers: list[IndexHeader], cfg: BrokerConfig
 ) -> tuple[tuple[str, int, int, int], ...]:
     """(name, hashSlotCount, puts, occupied slots) of the first live IndexFile whose puts (indexCount - 1) are more
-    than its occupied slots: what tells a release that counts every put (storelib.broker.versions._slot_count_clues)."""
+    than its occupied slots: what tells a release that counts every put
+    (storelib.broker.detection._slot_count_clues)."""
     for path, h in zip(index, headers):
-        slots = np.frombuffer(read_at(fs, path, INDEX_HEADER_SIZE, cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE), ">i4")
+        slots = np.frombuffer(read_at(fs, path, *IndexLayout.of(cfg).slot_table), ">i4")
         occupied, puts = int(np.count_nonzero(slots)), h.index_count - 1
         if len(slots) == cfg.maxHashSlotNum and occupied < puts:
             return ((path.rsplit("/", 1)[-1], h.hash_slot_count, puts, occupied),)
     return ()
 
 
-def _config_facts(fs: pafs.FileSystem, root: str) -> dict[str, frozenset[str]]:
+class _ConfigFacts(TypedDict):
+    config_entries: frozenset[str]
+    config_keys: frozenset[str]
+
+
+def _config_facts(fs: pafs.FileSystem, root: str) -> _ConfigFacts:
     """StoreFacts ``config_entries`` (the names in config/) and ``config_keys`` (of its CONFIG_JSON files)."""
     entries = _entries(fs, join(root, "config"))
     files = [i for i in entries if i.base_name in CONFIG_JSON and i.type == pafs.FileType.File]

@@ -12,16 +12,19 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobs.pipeline.progress import Progress
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
 
 #: the bytes a task of packed units takes
 TASK_BYTES = 256 << 20
-#: the bounds of a parse task's bytes (jobs.pipeline.parse): a smaller task pays its fixed cost (~50 ms) more often,
+#: the bounds of a parse task's bytes (jobs.pipeline.parse): a smaller task pays its fixed cost more often,
 #: a bigger one keeps more ConsumeQueue units until it ends (udfs.parse.PieceUnits: a third of its bytes at most)
 PARSE_TASK_BYTES = (128 << 20, 512 << 20)
 
@@ -33,7 +36,7 @@ def task_count(units: int, total_bytes: int, cores: int, task_bytes: int = TASK_
 
 def parse_task_bytes(total_bytes: int, slots: int) -> int:
     """A parse task's bytes: the store's spread over the task slots, within PARSE_TASK_BYTES. Two slots and 2 GiB of
-    segments: 512 MiB, one wave of tasks a segment (256 MiB tasks made two, +0.2 s on 1.5M records)."""
+    segments: 512 MiB, one wave of tasks a segment (256 MiB tasks would make two waves)."""
     low, high = PARSE_TASK_BYTES
     return min(high, max(low, -(-total_bytes // max(1, slots))))
 
@@ -45,7 +48,7 @@ def shares(weights: Sequence[int], cores: int) -> list[int]:
     return [max(1, -(-w * cores // total)) if total else 1 for w in weights]
 
 
-def task_slots(sc: Any) -> int:
+def task_slots(sc: SparkContext) -> int:
     """The tasks the executors run at once (the default resource profile's slots), else ``defaultParallelism``:
     that is a count of partitions (8 in conf/local.conf on any machine), not of cores."""
     from py4j.protocol import Py4JError
@@ -58,7 +61,7 @@ def task_slots(sc: Any) -> int:
     return slots or sc.defaultParallelism
 
 
-def submit_inheriting(pool: Executor, sc: Any, work: Callable[..., Result], *args: Any) -> Future[Result]:
+def submit_inheriting(pool: Executor, sc: SparkContext, work: Callable[..., Result], *args: Any) -> Future[Result]:
     """``work(*args)`` on a thread of ``pool``, its jobs with this thread's Spark local properties (job group and
     description). pyspark's ``inheritable_thread_target`` does as much, but stages are named by their first caller
     outside pyspark, and its wrapper would name every stage of ``work`` after the pool's thread."""
@@ -97,7 +100,7 @@ def run_packed(
 
 
 @contextlib.contextmanager
-def _call_site(sc: Any, site: str) -> Iterator[None]:
+def _call_site(sc: SparkContext, site: str) -> Iterator[None]:
     """The job's call site (its stages' name) ``site``, then none. pyspark names a job after its caller only when no
     other driver thread is inside an action (its depth counter is per process), else the job keeps its thread's last
     name or none: with the audit's IndexFile stage on a thread of its own, a packed job was named after another."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobs.pipeline.context import Found, Run, numbered_tasks, spark_schema
@@ -18,7 +19,7 @@ from udfs.fs import join, list_files, resolve
 from udfs.timers import RESULT_SCHEMA, timer_task
 
 if TYPE_CHECKING:
-    from jobs.pipeline.audit_flow import Audit
+    from jobs.pipeline.audit_types import Audit
 
 TIMER_FILES = ("timerwheel", "config/timercheck", "config/delayOffset.json")
 
@@ -41,7 +42,7 @@ class TimerResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TimerResult:
+    def from_dict(cls, d: Mapping[str, Any]) -> TimerResult:
         """A result as ``to_dict`` (or the timer task) wrote it."""
         return cls(
             tuple(Finding.from_dict(f) for f in d.get("findings", ())),

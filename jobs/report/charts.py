@@ -89,7 +89,9 @@ def _cut(report: AuditReport, x: Callable[[int], float]) -> View | None:
     cut = report_verdict(report)["truncate"]
     if not cut:
         return None
-    end = (report.summary.commitlog or {})["max_offset"]
+    log = report.summary.commitlog
+    assert log is not None  # a truncation is found by the log's stage, and the audit then counts the commitlog
+    end = log.max_offset
     lost = f"lost if the broker starts now: {human_bytes(cut['bytes'])}" + (
         f", {plural(cut['messages'], 'message')}" if cut["messages"] is not None else ""
     )

@@ -4,7 +4,7 @@ run did not audit, and one summary line."""
 from __future__ import annotations
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
-from storelib.reports.report import AuditReport
+from storelib.reports.report import AuditReport, IndexCounts, QueueCounts
 from storelib.reports.verdict import plural, report_verdict
 
 
@@ -49,11 +49,11 @@ def console_summary(report: AuditReport, report_dir: str | None) -> str:
     if len(shown) > 15:
         lines.append(f"  ... {len(shown) - 15} more in the report")
     outcome = {EXIT_OK: "clean", EXIT_FINDINGS: "DIVERGENT", EXIT_CANNOT: "COULD NOT AUDIT"}[s.exit_code]
-    queues, index = s.queues or {}, s.index or {}
+    queues, index = s.queues or QueueCounts(), s.index or IndexCounts()
     lines.append(
         f"audit: {outcome}: {plural(s.error, 'error')}, {plural(s.warning, 'warning')}, "
-        f"{plural(s.info, 'info')}; {plural(queues.get('audited', 0), 'queue')} ({queues.get('ok', 0)} ok), "
-        f"{plural(index.get('live_files', 0), 'index file')}, "
+        f"{plural(s.info, 'info')}; {plural(queues.audited, 'queue')} ({queues.ok} ok), "
+        f"{plural(index.live_files, 'index file')}, "
         f"{report.run.seconds:.1f} s" + (f" -> {report_dir}/report.html" if report_dir else "")
     )
     return "\n".join(lines)

@@ -6,8 +6,8 @@ jar whose published .sha1 does not match) into ``~/.cache/rmq-store-rebuild/jars
 against conf/jars/jars.lock (sha1 and sha256). Once cached it only checks the cache: it works offline.
 Sessions started by ``jobs.runtime.session`` take from the cache what the run needs (``JarNeeds``: delta-spark and its
 extension and catalog for a Delta table Spark writes, S3A for an ``s3a://`` location), unless the user chose jars or
-packages: each jar costs the session's start (a local executor fetches every ``spark.jars`` entry: ~0.3 s for the
-33). Under spark-submit the JVM already runs, so pass ``--jars`` (``--submit-args``).
+packages: each jar costs the session's start (a local executor fetches every ``spark.jars`` entry at every start).
+Under spark-submit the JVM already runs, so pass ``--jars`` (``--submit-args``).
 """
 
 from __future__ import annotations

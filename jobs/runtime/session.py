@@ -21,13 +21,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs.runtime.cds import archive_option
+from jobs.runtime.cds_archive import archive_option
 from jobs.runtime.jars import ALL_JARS, JarNeeds, jar_defaults
 from storelib.broker.config import parse_properties
 from storelib.errors import ConfigError
 from udfs.fs import spark_s3_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LOG4J_CONFIG = CONF_DIR / "log4j2.properties"
@@ -43,8 +46,8 @@ JVM_NOISE = (b"WARNING: Using incubator modules:",)  # printed by the JVM itself
 #: RDD jobs (the warm-up's, the audit's per-file tasks) and the Arrow ones share one daemon, started once, not a
 #: second one, loading the kernel again, when the parse begins
 LOCAL_DAEMON = {"spark.python.daemon.module": "udfs.daemon", "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1"}
-#: the same local master: the JVM only moves Arrow batches and shuffle blocks for seconds, and C2's compiling costs more
-#: than it saves (make bench: 1.5 s less for a nearly empty store, 2 s less for 2 GiB). C1 alone shrinks the
+#: the same local master: the JVM only moves Arrow batches and shuffle blocks for a short run, and C2's compiling
+#: costs more than it saves (make bench measures it). C1 alone shrinks the
 #: code cache to 48 MB, which a long session (the test suite: ~250 queries) fills: the JVM then dies, so the
 #: cache keeps the tiered default's size. Left out when the user's options set either.
 LOCAL_JVM_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
@@ -116,7 +119,7 @@ def has_own_log4j(settings: dict[str, str]) -> bool:
 
 def local_jvm_options(settings: dict[str, str]) -> dict[str, str]:
     """The driver JVM's options with LOCAL_JVM_OPTION added unless the user's set a compiler level or code cache,
-    and the class-data archive (jobs/runtime/cds.py) when there is one and the user's choose nothing about class
+    and the class-data archive (jobs/runtime/cds_archive.py) when there is one and the user's choose nothing about class
     sharing."""
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
@@ -145,7 +148,7 @@ def _launch_quiet_gateway(settings: dict[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(settings.items()), {"stderr": subprocess.PIPE})
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(settings.items())), {"stderr": subprocess.PIPE})
     threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)
 
@@ -155,6 +158,7 @@ def _quiet_running_driver() -> None:
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
+    assert jvm is not None  # spark-submit started the driver JVM
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     location = context.getConfiguration().getConfigurationSource().getLocation()
     if location is None or location.endswith(SPARK_DEFAULT_LOG4J):
@@ -170,7 +174,7 @@ def spark_session(
     profile: str = "local",
     overrides: list[str] | None = None,
     needs: JarNeeds = ALL_JARS,
-) -> tuple[Any, float]:
+) -> tuple[SparkSession, float]:
     """Start (or reuse) a SparkSession with the layered settings and the jars ``needs`` asks for; returns
     (session, start-up seconds)."""
     return session_start(app, master, profile, overrides, needs)()
@@ -182,7 +186,7 @@ def session_start(
     profile: str = "local",
     overrides: list[str] | None = None,
     needs: JarNeeds = ALL_JARS,
-) -> Callable[[], tuple[Any, float]]:
+) -> Callable[[], tuple[SparkSession, float]]:
     """The settings checked now (a bad ``--conf`` is a ConfigError here), the session started by the returned
     function: ``spark_session``, or a thread of its own while the verb reads the store (``start_in_background``)."""
     command_line = parse_overrides(overrides or []) | ({"spark.master": master} if master else {})
@@ -192,7 +196,7 @@ def session_start(
     return functools.partial(_start, app, profile, command_line, needs)
 
 
-def _active_session() -> Any:
+def _active_session() -> SparkSession | None:
     """This thread's active SparkSession; None, without importing pyspark, when nothing imported it yet."""
     if "pyspark.sql" not in sys.modules:
         return None
@@ -201,7 +205,9 @@ def _active_session() -> Any:
     return SparkSession.getActiveSession()
 
 
-def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.futures.Future:
+def start_in_background(
+    start: Callable[[], tuple[SparkSession, float]],
+) -> concurrent.futures.Future[tuple[SparkSession, float]]:
     """``start()`` on a daemon thread (an exit before the session is needed does not wait for the JVM); the future
     of its (session, start-up seconds). The session is made active on the thread that takes it (``activate``)."""
     future: concurrent.futures.Future = concurrent.futures.Future()
@@ -217,7 +223,7 @@ def start_in_background(start: Callable[[], tuple[Any, float]]) -> concurrent.fu
 
 
 def _import_converters() -> None:
-    """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas, ~0.15 s) at the first call
+    """pyspark's py4j argument converters import ``pyspark.testing.utils`` (and so pandas) at the first call
     into the JVM; imported on a thread of its own while a new session's JVM starts, it is not waited for after it.
     The session's thread holds no import lock when it calls into the JVM, so it only waits for this import; any
     failure here is left for that first call to meet again."""
@@ -225,13 +231,13 @@ def _import_converters() -> None:
         import pyspark.testing.utils  # noqa: F401
 
 
-def activate(spark: Any) -> None:
+def activate(spark: SparkSession) -> None:
     """Make ``spark`` the active session of the calling thread: the JVM keeps one per thread, so a session started
     on another thread is not ``SparkSession.getActiveSession()`` here until this."""
     type(spark)._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
 
 
-def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds) -> tuple[Any, float]:
+def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds) -> tuple[SparkSession, float]:
     """A new session: the settings' layers, our defaults where they leave a key unset, a quiet console."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -259,8 +265,8 @@ def _start(app: str, profile: str, command_line: dict[str, str], needs: JarNeeds
             _launch_quiet_gateway(settings)
     ours_only = {"spark.app.name": app} | {k: v for k, v in settings.items() if submitted.get(k) != v}
     # the SparkContext first, then the SQL session on it (builder.getOrCreate takes the running context): the
-    # executors' Python workers start while the JVM makes the session (~0.4 s) and the first query is planned
-    sc = SparkContext.getOrCreate(SparkConf().setAll(ours_only.items()))
+    # executors' Python workers start while the JVM makes the session and the first query is planned
+    sc = SparkContext.getOrCreate(SparkConf().setAll(list(ours_only.items())))
     if quiet:
         sc.setLogLevel("ERROR")
     threading.Thread(target=_warm_python_workers, args=(sc,), daemon=True).start()

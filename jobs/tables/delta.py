@@ -31,10 +31,11 @@ MAX_COMMIT_RETRIES = 100
 
 def has_delta_spark(spark: SparkSession) -> bool:
     """True when ``spark.sql.extensions`` names Delta's extension and its class loads in the driver JVM."""
-    if DELTA_EXTENSION not in spark.conf.get("spark.sql.extensions", ""):
+    if DELTA_EXTENSION not in (spark.conf.get("spark.sql.extensions", "") or ""):
         return False
     try:
         jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a session's driver JVM
         jvm.java.lang.Class.forName(
             DELTA_EXTENSION, False, jvm.java.lang.Thread.currentThread().getContextClassLoader()
         )
@@ -109,7 +110,7 @@ def append_rows(table: str, rows: pa.Table, metadata: dict[str, str]) -> int:
     writer took the version first, delta-rs retries on the next one, so concurrent appends from many processes
     all land. (The version is the written DeltaTable's: delta-rs's history is not reliable during others' commits.)
     """
-    from deltalake import CommitProperties, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.exceptions import DeltaError
 
     uri = rs_uri(table)
@@ -117,7 +118,7 @@ def append_rows(table: str, rows: pa.Table, metadata: dict[str, str]) -> int:
     props = CommitProperties(custom_metadata={"userMetadata": user_metadata}, max_commit_retries=MAX_COMMIT_RETRIES)
     options = fs.delta_storage_options(uri)
 
-    def write(target: object, mode: Literal["error", "append"]) -> None:
+    def write(target: str | DeltaTable, mode: Literal["error", "append"]) -> None:
         write_deltalake(target, rows, mode=mode, storage_options=options, commit_properties=props)
 
     if not table_exists(table):

@@ -11,11 +11,8 @@ import numpy as np
 
 from storelib.audit.queues import QueueAudit, max_physic_offset, queue_row
 from storelib.broker.config import BrokerConfig
-from storelib.findings import Finding, finding, is_divergence
+from storelib.findings import Finding, QueuePlace, finding, is_divergence
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
-from storelib.layout import (
-    offset_file_name,
-)
 
 
 @dataclasses.dataclass
@@ -41,18 +38,18 @@ class _BatchQueue:
         """One finding for ``units[positions]``, at the first of them (``ordinal0``: the first unit's ordinal)."""
         if not len(positions):
             return
-        i, unit = int(positions[0]), BATCH_CONSUME_QUEUE.unit_size
+        i, fmt = int(positions[0]), BATCH_CONSUME_QUEUE
         k = ordinal0 + i  # the unit's ordinal in the queue: its file and byte in it
         self.findings.append(
             finding(
                 kind,
-                f"{self.rel_dir}/{offset_file_name(k * unit // self.file_size * self.file_size)}",
+                f"{self.rel_dir}/{fmt.file_name(k, self.file_size)}",
                 message.format(count=len(positions), first=int(units["msg_base_offset"][i])),
                 topic=self.topic,
                 queue_id=self.queue_id,
                 queue_offset=int(units["msg_base_offset"][i]),
                 commitlog_offset=int(units["offset"][i]),
-                file_offset=k * unit % self.file_size,
+                file_offset=fmt.file_offset(k, self.file_size),
                 count=len(positions),
             )
         )
@@ -70,12 +67,16 @@ def classify_batch_queue(
     """Compare one live BatchConsumeQueue (file name -> bytes) with the rebuilt one, unit by msgBaseOffset."""
     fmt = BATCH_CONSUME_QUEUE
     lv, rb = _batch_units(live), _batch_units(rebuilt)
-    first_live = int(min(live, default="0")) // fmt.unit_size
+    first_live = fmt.first_unit(min(live, default="0"))
     q = _BatchQueue(topic, queue_id, fmt.file_size(cfg), lv, rb, fmt.valid_prefix(lv), fmt.valid_prefix(rb), first_live)
     for name, data in sorted(live.items()):
         if len(data) != q.file_size:
             message = f"file is {len(data)} bytes, not {q.file_size}; the broker will not load it"
-            where = {"topic": topic, "queue_id": queue_id, "file_offset": len(data) - len(data) % fmt.unit_size}
+            where: QueuePlace = {
+                "topic": topic,
+                "queue_id": queue_id,
+                "file_offset": len(data) - fmt.partial_unit(len(data)),
+            }
             q.findings.append(finding("cq-torn-file", f"{q.rel_dir}/{name}", message, **where, count=1))
     live_base, rebuilt_base = lv["msg_base_offset"][: q.l_end], rb["msg_base_offset"][: q.r_end]
     if q.r_end and not live:

@@ -8,13 +8,8 @@ import dataclasses
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.constants import (
-    INDEX_ENTRY_SIZE,
-    INDEX_HASH_SLOT_SIZE,
-    INDEX_HEADER_SIZE,
-)
 from storelib.findings import Finding, finding
-from storelib.formats.indexfile import IndexFileReader, IndexHeader
+from storelib.formats.indexfile import IndexFileReader, IndexHeader, IndexLayout
 
 
 def index_entries(reader: IndexFileReader) -> tuple[np.ndarray, np.ndarray]:
@@ -71,25 +66,22 @@ def check_index_header(file: str, reader: IndexFileReader, cfg: BrokerConfig) ->
     ]
 
 
-def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: bytes, cfg: BrokerConfig) -> list[Finding]:
+def compare_index_files(
+    file: str, live: bytes | memoryview, rebuilt_name: str, rebuilt: bytes | memoryview, cfg: BrokerConfig
+) -> list[Finding]:
     """The first difference between a live IndexFile and the rebuilt one at the same position (memory: a chunk)."""
     n = min(len(live), len(rebuilt))
     at, differ = differing_bytes(live, rebuilt, n)
     if not differ and len(live) == len(rebuilt):
         return []
-    slots_end = INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE
-    if at < INDEX_HEADER_SIZE:
+    where = IndexLayout.of(cfg).part_at(at)
+    exp = act = ""
+    if where == "header":
         fields = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount")
         names = [fields[i] for i, (a, b) in enumerate(zip(_header(live), _header(rebuilt))) if a != b]
         where = "header " + ", ".join(names)
         exp = ", ".join(f"{k} {v}" for k, v in zip(fields, _header(rebuilt)) if k in names)
         act = ", ".join(f"{k} {v}" for k, v in zip(fields, _header(live)) if k in names)
-    elif at < slots_end:
-        where = f"hash slot {(at - INDEX_HEADER_SIZE) // INDEX_HASH_SLOT_SIZE}"
-        exp = act = None
-    else:
-        where = f"entry {(at - slots_end) // INDEX_ENTRY_SIZE}"
-        exp = act = None
     return [
         finding(
             "index-file-differs",
@@ -103,7 +95,9 @@ def compare_index_files(file: str, live: bytes, rebuilt_name: str, rebuilt: byte
     ]
 
 
-def differing_bytes(live: bytes, rebuilt: bytes, n: int, chunk: int = 1 << 23) -> tuple[int, int]:
+def differing_bytes(
+    live: bytes | memoryview, rebuilt: bytes | memoryview, n: int, chunk: int = 1 << 23
+) -> tuple[int, int]:
     """The first differing byte of the first ``n`` (``n`` when none) and how many differ, ``chunk`` at a time."""
     first, count = n, 0
     for at in range(0, n, chunk):
@@ -114,5 +108,5 @@ def differing_bytes(live: bytes, rebuilt: bytes, n: int, chunk: int = 1 << 23) -
     return first, count
 
 
-def _header(data: bytes) -> tuple[int, ...]:
-    return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= INDEX_HEADER_SIZE else ()
+def _header(data: bytes | memoryview) -> tuple[int, ...]:
+    return dataclasses.astuple(IndexHeader.unpack(data)) if len(data) >= IndexLayout.HEADER_SIZE else ()

@@ -16,11 +16,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.constants import (
-    CQ_STORE_UNIT_SIZE,
-    SCHEDULE_TOPIC,
-)
-from storelib.findings import Finding, finding, is_divergence, worst
+from storelib.constants import SCHEDULE_TOPIC
+from storelib.findings import Finding, QueuePlace, finding, is_divergence, worst
 from storelib.formats.consumequeue import CONSUME_QUEUE, UNIT_DTYPE, decode_units, is_pre_blank
 from storelib.layout import (
     offset_file_name,
@@ -64,8 +61,8 @@ class _Units:
         units = np.zeros(n, dtype=UNIT_DTYPE)
         state = np.full(n, _NO_FILE, dtype=np.int8)
         for name, data in files.items():
-            s = int(name) // CQ_STORE_UNIT_SIZE - base
-            k = min(len(data) // CQ_STORE_UNIT_SIZE, per_file)
+            s = CONSUME_QUEUE.first_unit(name) - base
+            k = min(CONSUME_QUEUE.whole_units(len(data)), per_file)
             units[s : s + k] = decode_units(data)[:k]
             state[s : s + k] = _UNIT
             if len(data) < file_size:
@@ -144,8 +141,8 @@ class _Queue:
         lo: int,
         hi: int,
     ) -> _Queue | None:
-        per_file = file_size // CQ_STORE_UNIT_SIZE
-        starts = [int(n) // CQ_STORE_UNIT_SIZE for n in (*live, *rebuilt)]
+        per_file = CONSUME_QUEUE.units_per_file(file_size)
+        starts = [CONSUME_QUEUE.first_unit(n) for n in (*live, *rebuilt)]
         if not starts:
             return None
         base = min(starts)
@@ -156,7 +153,7 @@ class _Queue:
 
     @property
     def per_file(self) -> int:
-        return self.file_size // CQ_STORE_UNIT_SIZE
+        return CONSUME_QUEUE.units_per_file(self.file_size)
 
     @property
     def rel_dir(self) -> str:
@@ -183,7 +180,7 @@ class _Queue:
     def l_end(self) -> int:
         """Where ``ConsumeQueue.recover`` ends the live queue: its first unit that is neither valid nor blank."""
         n = len(self.idx)
-        live_first = min(int(k) // CQ_STORE_UNIT_SIZE for k in self.live) - self.base if self.live else n
+        live_first = min(CONSUME_QUEUE.first_unit(k) for k in self.live) - self.base if self.live else n
         stops = np.flatnonzero(~(self.lv.valid | self.lv.blank)[live_first:])
         return live_first + (int(stops[0]) if len(stops) else n - live_first)
 
@@ -192,14 +189,14 @@ class _Queue:
         return self.idx < self.l_end
 
     def path(self, i: int) -> str:
-        return f"{self.rel_dir}/{offset_file_name((self.base + i) // self.per_file * self.file_size)}"
+        return f"{self.rel_dir}/{CONSUME_QUEUE.file_name(self.base + i, self.file_size)}"
 
-    def where(self, i: int) -> dict[str, object]:
+    def where(self, i: int) -> QueuePlace:
         return {
             "topic": self.topic,
             "queue_id": self.queue_id,
             "queue_offset": self.base + i,
-            "file_offset": (self.base + i) % self.per_file * CQ_STORE_UNIT_SIZE,
+            "file_offset": CONSUME_QUEUE.file_offset(self.base + i, self.file_size),
         }
 
     def first_count(self, kind: str, mask: np.ndarray, message: str, expected: str | None = None) -> list[Finding]:
@@ -290,10 +287,10 @@ def _torn_files(q: _Queue) -> list[Finding]:
     for name, data in sorted(q.live.items()):
         if len(data) == q.file_size:
             continue
-        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        s = CONSUME_QUEUE.first_unit(name) - q.base
         window = slice(s, s + q.per_file)
         lost = np.flatnonzero(q.rb.valid[window] & (q.lv.state[window] == _TORN)) + s
-        partial = len(data) % CQ_STORE_UNIT_SIZE
+        partial = CONSUME_QUEUE.partial_unit(len(data))
         out.append(
             finding(
                 "cq-torn-file",
@@ -475,7 +472,7 @@ def _extra_files(q: _Queue) -> list[Finding]:
     last_rebuilt = max(int(k) for k in q.rebuilt)
     out = []
     for name in sorted(k for k in q.live if int(k) > last_rebuilt):
-        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        s = CONSUME_QUEUE.first_unit(name) - q.base
         nonzero = int(q.lv.nonzero[s : s + q.per_file].sum())
         out.append(
             finding(
@@ -502,7 +499,7 @@ def _changes(q: _Queue, findings: list[Finding], bad: np.ndarray) -> tuple[list[
     write = sorted(name for name, data in q.rebuilt.items() if q.live.get(name) != data)
     delete = []
     for name, data in q.live.items():
-        s = int(name) // CQ_STORE_UNIT_SIZE - q.base
+        s = CONSUME_QUEUE.first_unit(name) - q.base
         odd = len(data) != q.file_size or int(name) > last_rebuilt or bad[s : s + q.per_file].any()
         if name not in q.rebuilt and odd:
             delete.append(name)

@@ -18,7 +18,7 @@ from storelib.layout import (
     queue_dir,
 )
 from storelib.reports.plan import Step
-from storelib.reports.report import SegmentRecord
+from storelib.reports.report import ScopeRecord, SegmentRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,15 +57,9 @@ class Scope:
     def base_run_id(self) -> str | None:
         return self.base.run_id if self.base else None
 
-    def to_dict(self) -> dict[str, object]:
+    def record(self) -> ScopeRecord:
         """report.json's ``run.scope``."""
-        return {
-            "from_offset": self.start,
-            "segments_audited": self.segments,
-            "base_run_id": self.base_run_id,
-            "skipped": self.skipped,
-            "note": self.note,
-        }
+        return ScopeRecord(self.start, tuple(self.segments), self.base_run_id, tuple(self.skipped), self.note)
 
 
 def audit_scope(segments: list[Segment], segment_size: int, since: CleanRun | None, note: str = "") -> Scope:

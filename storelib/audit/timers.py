@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from storelib.broker import timers as rules
 from storelib.errors import StoreFormatError
-from storelib.findings import Finding, finding
+from storelib.findings import Finding, QueuePlace, finding
 from storelib.formats import delayoffset, timercheck, timerlog, timerwheel
 from storelib.formats.timercheck import TimerCheckpoint
 
@@ -511,5 +511,5 @@ def _compare_levels(live: dict[int, int], table: dict[int, int], source: str) ->
 
 
 def _level(kind: str, level: int, message: str, want: int, have: int) -> Finding:
-    where = {"topic": rules.SCHEDULE_TOPIC, "queue_id": level - 1, "queue_offset": min(want, have)}
+    where: QueuePlace = {"topic": rules.SCHEDULE_TOPIC, "queue_id": level - 1, "queue_offset": min(want, have)}
     return finding(kind, DELAY_OFFSETS, message, count=abs(want - have), expected=str(want), actual=str(have), **where)

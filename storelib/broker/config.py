@@ -15,19 +15,20 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import javaproperties
 import numpy as np
 
 from storelib.broker.versions import DEFAULT_RELEASE, RuleSet, rules_for
-from storelib.constants import CQ_STORE_UNIT_SIZE, INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
+from storelib.constants import INT32_MAX
 from storelib.errors import ConfigError
 from storelib.formats.batchcq import BCQ_STORE_UNIT_SIZE
+from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE
+from storelib.formats.indexfile import IndexLayout
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-#: the settings are Java ints; a store file is one MappedByteBuffer, at most Integer.MAX_VALUE bytes
-JAVA_INT_MAX = 0x7FFFFFFF
 #: a broker.conf is a few KB; more than this is not one (and /dev/zero never ends)
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -68,7 +69,7 @@ class BrokerConfig:
     #: queue offsets advance by INNER_NUM (no INNER_BASE), whatever storeType the broker now runs with
     rocksdbBatchCQTopics: tuple[str, ...] = ()
     #: a store written by several releases in turn (an in-place upgrade): (commitlog offset where a later release's
-    #: records start, that release); records before the first start are brokerVersion's (versions.Stretch)
+    #: records start, that release); records before the first start are brokerVersion's (detection.Stretch)
     releaseStretches: tuple[tuple[int, str], ...] = ()
 
     @property
@@ -198,7 +199,9 @@ def broker_config_from_properties(props: dict[str, str]) -> BrokerConfig:
     file is ignored."""
     props = with_new_names(props)
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in _FROM_STORE}
-    kwargs = {name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields}
+    kwargs: dict[str, Any] = {  # each value coerced to its field's type
+        name: _coerce(fields[name], name, value) for name, value in props.items() if name in fields
+    }
     cfg = BrokerConfig(**kwargs)
     validate(cfg)
     return cfg
@@ -214,17 +217,17 @@ def validate(cfg: BrokerConfig) -> None:
         "mappedFileSizeTimerLog",
         "timerPrecisionMs",
     ):
-        if not 0 < getattr(cfg, name) <= JAVA_INT_MAX:
-            raise ConfigError(f"{name} must be between 1 and {JAVA_INT_MAX} (a Java int), got {getattr(cfg, name)}")
+        if not 0 < getattr(cfg, name) <= INT32_MAX:
+            raise ConfigError(f"{name} must be between 1 and {INT32_MAX} (a Java int), got {getattr(cfg, name)}")
     if cfg.maxIndexNum < 2:
         raise ConfigError("maxIndexNum must be at least 2 (entry 0 of an IndexFile is never used)")
-    if cfg.cq_file_size > JAVA_INT_MAX:
-        raise ConfigError(f"mappedFileSizeConsumeQueue {cfg.mappedFileSizeConsumeQueue} is over {JAVA_INT_MAX} bytes")
-    index_size = INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + cfg.maxIndexNum * INDEX_ENTRY_SIZE
-    if index_size > JAVA_INT_MAX:
+    if cfg.cq_file_size > INT32_MAX:
+        raise ConfigError(f"mappedFileSizeConsumeQueue {cfg.mappedFileSizeConsumeQueue} is over {INT32_MAX} bytes")
+    index_size = IndexLayout.of(cfg).size
+    if index_size > INT32_MAX:
         raise ConfigError(
             f"an IndexFile of maxHashSlotNum {cfg.maxHashSlotNum} and maxIndexNum {cfg.maxIndexNum} would be "
-            f"{index_size:,} bytes: the broker maps it in one buffer of at most {JAVA_INT_MAX:,} bytes"
+            f"{index_size:,} bytes: the broker maps it in one buffer of at most {INT32_MAX:,} bytes"
         )
     if cfg.hashSlotCountRule not in ("occupied", "every-put"):
         raise ConfigError("hashSlotCountRule must be 'occupied' or 'every-put'")

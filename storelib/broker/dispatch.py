@@ -26,7 +26,8 @@ import zlib
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import CRC32_PIECE, RuleInputs
+from storelib.broker.rule_choice import RuleInputs
+from storelib.broker.versions import CRC32_PIECE
 from storelib.constants import (
     INT32_MAX,
     INT32_MIN,
@@ -46,8 +47,8 @@ from storelib.constants import (
 )
 from storelib.formats import kernel
 from storelib.formats.batchcq import PROPERTY_INNER_BASE, PROPERTY_INNER_NUM
-from storelib.formats.commitlog import RecordBatch, find_properties
 from storelib.formats.javahash import combine_hash, index_key_hash, java_hash_batch, java_hash_utf8_runs
+from storelib.formats.scanner import RecordBatch, find_properties
 
 _JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -254,7 +255,7 @@ def _tags_codes(
 
 
 def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:
-    """What of a batch the rule sets of different releases dispatch differently (storelib.broker.versions)."""
+    """What of a batch the rule sets of different releases dispatch differently (storelib.broker.rule_choice)."""
     b = d.batch
     batch_topics = [c for c, t in enumerate(b.topic_names) if t in cfg.batchCQTopics and not cfg.rocksdb_consume_queue]
     names = [name for _, text in d.lmq_sources for name in java_split(text, ",")]
@@ -348,11 +349,11 @@ def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarra
     start, length = crc_value
     out = []
     record_start = batch.props_start + batch.props_len - batch.total_size
-    raw = memoryview(batch.buf)
+    raw = batch.buf.data
     for i in np.flatnonzero(start >= 0).tolist():
         stored = property_crc(_text(batch.buf, start[i], length[i]))
         begin = int(record_start[i])
-        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & 0x7FFFFFFF
+        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & INT32_MAX
         if stored != computed:
             out.append((i, f"__CRC32# {stored if stored is not None else 'unreadable'} stored, {computed} computed"))
     return out

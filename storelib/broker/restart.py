@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 from storelib.broker.config import BrokerConfig
+from storelib.broker.detection import Releases, intersect
 from storelib.broker.versions import (
     CQ_OFFSET,
     DEFAULT_RELEASE,
@@ -23,8 +24,6 @@ from storelib.broker.versions import (
     RULE_SETS,
     THIRD_LAST,
     TIMESTAMP,
-    Releases,
-    intersect,
     parse_version,
     version_text,
 )

@@ -19,11 +19,14 @@ import json
 import struct
 import zlib
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.versions import RuleInputs
-from storelib.findings import KINDS, Finding, finding
-from storelib.formats.commitlog import (
+from storelib.broker.rule_choice import RuleInputs
+from storelib.constants import CRC32_POLYNOMIAL
+from storelib.findings import KINDS, Finding, FindingFields, finding
+from storelib.formats.dledger import ENTRY_INDEX, ENTRY_TERM
+from storelib.formats.scanner import (
     COMMITLOG_FRAMING,
     DAMAGE_LENGTH,
     DLEDGER_FRAMING,
@@ -34,7 +37,6 @@ from storelib.formats.commitlog import (
     END_ZERO_TAIL,
     Framing,
 )
-from storelib.formats.dledger import ENTRY_INDEX, ENTRY_TERM
 from storelib.layout import COMMITLOG, is_dledger_data, offset_layout_problems, parse_offset_name
 
 
@@ -101,14 +103,14 @@ class SegmentSummary:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, object]) -> SegmentSummary:
+    def from_row(cls, row: Mapping[str, Any]) -> SegmentSummary:  # a JSON object or a Spark row
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in row.items() if k in fields}
-        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())  # type: ignore[arg-type]
-        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})  # type: ignore[arg-type]
+        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())
+        values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})
         stretches = row.get("stretch_inputs") or ()
-        values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)  # type: ignore[attr-defined]
-        return cls(**values)  # type: ignore[arg-type]
+        values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> SegmentSummary:
@@ -124,7 +126,7 @@ class Piece:
     """The byte range [lo, hi) of one segment that one parse task reads: the records whose start lies in it.
 
     Piece 0 starts at the segment's first record; a later one at the first record at or after ``lo`` as the records
-    tell it (``storelib.formats.commitlog.find_record_start``), a guess that ``merge_pieces`` checks against the piece
+    tell it (``storelib.formats.scanner.find_record_start``), a guess that ``merge_pieces`` checks against the piece
     before. A segment parsed whole is its only piece, named as the segment."""
 
     segment: Segment
@@ -160,10 +162,6 @@ def fingerprint(columns: Iterable[tuple[int, int]], messages: int) -> str:
     return f"crc32:{zlib.crc32(struct.pack(f'>{len(crcs)}I', *crcs)):08x}:{messages}"
 
 
-#: zlib's CRC-32 polynomial, reflected: bit 31 holds the coefficient of x^0, bit 0 that of x^31
-_CRC_POLY = 0xEDB88320
-
-
 def _mult_mod_p(a: int, b: int) -> int:
     """a(x) * b(x) modulo the CRC-32 polynomial, both reflected."""
     product, bit = 0, 1 << 31
@@ -172,7 +170,7 @@ def _mult_mod_p(a: int, b: int) -> int:
             product ^= b
             a ^= bit
         bit >>= 1
-        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1  # b(x) * x
+        b = (b >> 1) ^ CRC32_POLYNOMIAL if b & 1 else b >> 1  # b(x) * x
     return product
 
 
@@ -366,7 +364,7 @@ def judge_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary])
     for i, seg in enumerate(segments):
         s = summaries[seg.name]
         rel = seg.rel
-        where = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
+        where: FindingFields = {"commitlog_offset": s.end_offset, "file_offset": s.end_offset - seg.start}
         if s.end_reason == END_UNREADABLE:
             findings.append(finding("unreadable-file", rel, s.detail, commitlog_offset=seg.start))
         elif i < last and s.end_reason not in (END_BLANK, END_EOF):
@@ -412,7 +410,7 @@ def entry_chain_findings(segments: list[Segment], summaries: Mapping[str, Segmen
     out = []
     with_entries = [(seg, summaries[seg.name]) for seg in segments if summaries[seg.name].first_entry_index >= 0]
     for (_, prev), (seg, s) in itertools.pairwise(with_entries):
-        where = {"commitlog_offset": seg.start, "file_offset": 0}
+        where: FindingFields = {"commitlog_offset": seg.start, "file_offset": 0}
         if s.first_entry_index != prev.last_entry_index + 1:
             message = f"entry index {s.first_entry_index} after {prev.last_entry_index} (end of {prev.segment})"
             out.append(finding(ENTRY_INDEX, seg.rel, message, **where))

@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.formats.commitlog import RecordBatch, find_properties
+from storelib.constants import SCHEDULE_TOPIC
+from storelib.formats.scanner import RecordBatch, find_properties
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"

@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from storelib.constants import CQ_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from storelib.constants import INT32_MAX
 from storelib.layout import CONSUMEQUEUE, offset_file_name, queue_dir
 
-if TYPE_CHECKING:
-    from storelib.broker.config import BrokerConfig
+CQ_STORE_UNIT_SIZE = 20
+CQ_BLANK_SIZE = INT32_MAX  # a pre-blank unit's size: Integer.MAX_VALUE (offset 0, tagsCode 0)
+
+
+class QueueSettings(Protocol):
+    """The broker settings that size consume queue files (storelib.broker.config.BrokerConfig has them)."""
+
+    @property
+    def mappedFileSizeConsumeQueue(self) -> int: ...
+
+    @property
+    def mapperFileSizeBatchConsumeQueue(self) -> int: ...
+
 
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
@@ -69,8 +80,31 @@ class QueueFormat:
     def unit_size(self) -> int:
         return self.unit.itemsize
 
-    def file_size(self, cfg: BrokerConfig) -> int:
+    def file_size(self, cfg: QueueSettings) -> int:
         return int(getattr(cfg, self.size_setting))
+
+    def first_unit(self, name: str) -> int:
+        """The queue position of a file's first unit: a file is named by its start byte in the queue."""
+        return int(name) // self.unit_size
+
+    def units_per_file(self, file_size: int) -> int:
+        return file_size // self.unit_size
+
+    def file_name(self, unit: int, file_size: int) -> str:
+        """The name of the file of ``file_size`` bytes holding the unit at queue position ``unit``."""
+        return offset_file_name(unit // self.units_per_file(file_size) * file_size)
+
+    def file_offset(self, unit: int, file_size: int) -> int:
+        """Where in its file of ``file_size`` bytes the unit at queue position ``unit`` starts."""
+        return unit % self.units_per_file(file_size) * self.unit_size
+
+    def whole_units(self, nbytes: int) -> int:
+        """How many whole units ``nbytes`` bytes hold."""
+        return nbytes // self.unit_size
+
+    def partial_unit(self, nbytes: int) -> int:
+        """The bytes of a partial unit ending ``nbytes`` bytes (0: none)."""
+        return nbytes % self.unit_size
 
     def queue_dir(self, topic: str, queue_id: int) -> str:
         """The store-relative directory of a queue (storelib.layout.queue_dir: a hostile name raises)."""
@@ -156,9 +190,9 @@ class QueueFiles:
             if j > i:
                 rel = pos[i:j] - self._buf_start
                 if rel[-1] - rel[0] == (j - 1 - i) * CQ_STORE_UNIT_SIZE:  # consecutive: one copy
-                    self._buf[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
+                    self._file[rel[0] : rel[-1] + CQ_STORE_UNIT_SIZE] = data[i:j].tobytes()
                 else:
-                    view = np.frombuffer(self._buf, dtype=np.uint8)
+                    view = np.frombuffer(self._file, dtype=np.uint8)
                     view[(rel[:, None] + np.arange(CQ_STORE_UNIT_SIZE)).ravel()] = data[i:j].ravel()
                 i = j
             if i < len(qo):
@@ -187,12 +221,18 @@ class QueueFiles:
                 self._open(file_start((pos + done) // CQ_STORE_UNIT_SIZE, self.file_size), pre_blank_until=None)
             rel = pos + done - self._buf_start
             take = min(len(units) - done, self.file_size - rel)
-            self._buf[rel : rel + take] = units[done : done + take]
+            self._file[rel : rel + take] = units[done : done + take]
             done += take
             if rel + take == self.file_size:
                 yield from self._emit()
         self.entries += n
         self.next_offset = first_queue_offset + n
+
+    @property
+    def _file(self) -> bytearray:
+        """The file being filled: ``_open`` made it."""
+        assert self._buf is not None
+        return self._buf
 
     def _open(self, start: int, pre_blank_until: int | None) -> None:
         self._buf = bytearray(self.file_size)

@@ -1,7 +1,7 @@
 """A DLedger node's own files beside its data (io.openmessaging.storage.dledger 0.3.x, ``DLedgerMmapFileStore``).
 
 - ``data/``: entries, each a 48-byte header (magic 1, size, index, term, pos, channel, chainCrc, bodyCrc, bodyLen)
-  and one message record (the scanner's DLedger framing, ``storelib.formats.commitlog.check_entry``).
+  and one message record (the scanner's DLedger framing, ``storelib.formats.scanner.check_entry``).
 - ``index/``: one 32-byte unit per entry, at file offset index * 32: magic, pos, size, index, term
   (``INDEX_UNIT_SIZE``), in files of ``mappedFileSizeForEntryIndex`` (167,772,160 bytes, which DLedgerCommitLog
   leaves at its default) named by their 20-digit start offset; zeros after the last unit.

@@ -16,7 +16,8 @@ import struct
 import numpy as np
 
 from storelib.constants import BLANK_MAGIC_CODE
-from storelib.formats.commitlog import OFF_PHYSICALOFFSET, RecordBatch
+from storelib.formats.commitlog import OFF_PHYSICALOFFSET
+from storelib.formats.scanner import RecordBatch
 
 
 def plain_records(b: RecordBatch, at: int) -> bytes:

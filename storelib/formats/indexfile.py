@@ -16,22 +16,96 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
-from storelib.broker.config import BrokerConfig
-from storelib.constants import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from storelib.errors import StoreFormatError
-from storelib.formats import kernel
+from storelib.formats import index_walks, kernel
 from storelib.formats.javahash import index_key_hash, java_hash
 
 if TYPE_CHECKING:
     import mmap
 
+
+class IndexSizes(Protocol):
+    """The broker settings that size an IndexFile (storelib.broker.config.BrokerConfig has them)."""
+
+    @property
+    def maxHashSlotNum(self) -> int: ...
+
+    @property
+    def maxIndexNum(self) -> int: ...
+
+
+class IndexSettings(IndexSizes, Protocol):
+    """The broker settings an IndexFile is written by (storelib.broker.config.BrokerConfig has them)."""
+
+    @property
+    def messageIndexEnable(self) -> bool: ...
+
+    @property
+    def hash_slot_every_put(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexLayout:
+    """Where an IndexFile's parts lie: the header at 0, ``slots`` (maxHashSlotNum) hash slots after it, then
+    ``entries`` (maxIndexNum) entries."""
+
+    HEADER_SIZE: ClassVar[int] = 40
+    SLOT_SIZE: ClassVar[int] = 4
+    ENTRY_SIZE: ClassVar[int] = 20
+
+    slots: int
+    entries: int
+
+    @classmethod
+    def of(cls, cfg: IndexSizes) -> IndexLayout:
+        return cls(cfg.maxHashSlotNum, cfg.maxIndexNum)
+
+    @property
+    def entries_at(self) -> int:
+        """The file offset of entry 0: after the header and the slot table."""
+        return self.HEADER_SIZE + self.slots * self.SLOT_SIZE
+
+    @property
+    def slot_table(self) -> tuple[int, int]:
+        """(file offset, length) of the hash slots."""
+        return self.HEADER_SIZE, self.slots * self.SLOT_SIZE
+
+    def entry_at(self, n: int) -> int:
+        """The file offset of entry ``n``."""
+        return self.entries_at + n * self.ENTRY_SIZE
+
+    @property
+    def size(self) -> int:
+        """The whole file: every file of a store has this size, zero-filled after its last entry."""
+        return self.entry_at(self.entries)
+
+    def head_size(self, used: int) -> int:
+        """The bytes before the zeros of a file of ``used`` entries: the header alone when none, else the header,
+        the slot table, entry 0 (never used) and entries 1..used."""
+        return self.HEADER_SIZE if used == 0 else self.entry_at(used + 1)
+
+    def part_at(self, at: int) -> str:
+        """What file offset ``at`` falls in: ``header``, ``hash slot k`` or ``entry n``."""
+        if at < self.HEADER_SIZE:
+            return "header"
+        if at < self.entries_at:
+            return f"hash slot {(at - self.HEADER_SIZE) // self.SLOT_SIZE}"
+        return f"entry {(at - self.entries_at) // self.ENTRY_SIZE}"
+
+    @staticmethod
+    def entries_bytes(n: int) -> int:
+        """The bytes ``n`` entries take."""
+        return n * IndexLayout.ENTRY_SIZE
+
+
 _HEADER = struct.Struct(">qqqqii")
+assert _HEADER.size == IndexLayout.HEADER_SIZE
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
-assert ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
+assert ENTRY_DTYPE.itemsize == IndexLayout.ENTRY_SIZE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +133,7 @@ class IndexHeader:
 
 
 def index_file_size(slots: int, max_index_num: int) -> int:
-    return INDEX_HEADER_SIZE + slots * INDEX_HASH_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+    return IndexLayout(slots, max_index_num).size
 
 
 def entries_per_file(max_index_num: int) -> int:
@@ -72,19 +146,17 @@ def build_index_file(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> tuple[IndexHeader, bytes]:
     """One whole IndexFile (see ``build_index_file_head``), zero-filled to its full size."""
     header, head = build_index_file_head(key_hash, phy_offset, store_timestamp, inherited, cfg)
     return header, bytes(head) + bytes(index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum) - len(head))
 
 
-def index_file_head_size(entries: int, cfg: BrokerConfig) -> int:
+def index_file_head_size(entries: int, cfg: IndexSettings) -> int:
     """The bytes of an IndexFile before its zeros: the header alone when it has no entry, else the header, the slot
     table, entry 0 (never used) and entries 1..n."""
-    if entries == 0:
-        return INDEX_HEADER_SIZE
-    return INDEX_HEADER_SIZE + cfg.maxHashSlotNum * INDEX_HASH_SLOT_SIZE + (entries + 1) * INDEX_ENTRY_SIZE
+    return IndexLayout.of(cfg).head_size(entries)
 
 
 def build_index_file_head(
@@ -92,7 +164,7 @@ def build_index_file_head(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> tuple[IndexHeader, bytearray]:
     """The start of one IndexFile (``put_index_file_head`` into a new buffer of ``index_file_head_size``)."""
     head = bytearray(index_file_head_size(len(key_hash), cfg))
@@ -105,7 +177,7 @@ def put_index_file_head(
     phy_offset: np.ndarray,
     store_timestamp: np.ndarray,
     inherited: tuple[int, int],
-    cfg: BrokerConfig,
+    cfg: IndexSettings,
 ) -> IndexHeader:
     """One IndexFile's header, slots and used entries from its entries in put order, one compiled pass, into
     ``out``: the file's first ``index_file_head_size`` bytes (or more), zeros.
@@ -120,19 +192,18 @@ def put_index_file_head(
     inherited_phy, inherited_ts = inherited
     if n == 0:
         header = IndexHeader(inherited_ts, inherited_ts, inherited_phy, inherited_phy, 0, 1)
-        out[:INDEX_HEADER_SIZE] = header.pack()
+        out[: IndexLayout.HEADER_SIZE] = header.pack()
         return header
     key_hash, phy_offset, store_timestamp = (_ints(a) for a in (key_hash, phy_offset, store_timestamp))
-    entries_at = INDEX_HEADER_SIZE + slots_n * INDEX_HASH_SLOT_SIZE
     used = kernel.index_head(
         key_hash,
         phy_offset,
         store_timestamp,
         inherited_ts,
         np.frombuffer(out, dtype=np.uint8),
-        INDEX_HEADER_SIZE,
+        IndexLayout.HEADER_SIZE,
         slots_n,
-        entries_at,
+        IndexLayout(slots_n, max_n).entries_at,
     )
     header = IndexHeader(
         begin_timestamp=int(store_timestamp[0]),
@@ -142,7 +213,7 @@ def put_index_file_head(
         hash_slot_count=int(used) if not cfg.hash_slot_every_put else n,
         index_count=n + 1,
     )
-    out[:INDEX_HEADER_SIZE] = header.pack()
+    out[: IndexLayout.HEADER_SIZE] = header.pack()
     return header
 
 
@@ -155,8 +226,9 @@ def _ints(values: object) -> np.ndarray:
 class IndexFileReader:
     """An IndexFile read back, with the broker's key lookup."""
 
-    def __init__(self, data: bytes | memoryview, cfg: BrokerConfig, file: str = "") -> None:
-        expected = index_file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
+    def __init__(self, data: bytes | memoryview, cfg: IndexSettings, file: str = "") -> None:
+        layout = IndexLayout.of(cfg)
+        expected = layout.size
         if len(data) != expected:
             raise StoreFormatError(
                 f"IndexFile is {len(data)} bytes, expected {expected} "
@@ -166,13 +238,8 @@ class IndexFileReader:
         self.file = file
         self.header = IndexHeader.unpack(data)
         self.slots_n = cfg.maxHashSlotNum
-        self.slots = np.frombuffer(data, dtype=">i4", count=self.slots_n, offset=INDEX_HEADER_SIZE)
-        self.entries = np.frombuffer(
-            data,
-            dtype=ENTRY_DTYPE,
-            count=cfg.maxIndexNum,
-            offset=INDEX_HEADER_SIZE + self.slots_n * INDEX_HASH_SLOT_SIZE,
-        )
+        self.slots = np.frombuffer(data, dtype=">i4", count=self.slots_n, offset=IndexLayout.HEADER_SIZE)
+        self.entries = np.frombuffer(data, dtype=ENTRY_DTYPE, count=cfg.maxIndexNum, offset=layout.entries_at)
         #: hash slot -> why a lookup stopped walking its chain (a cycle): found by select_phy_offsets
         self.broken_chains: dict[int, str] = {}
 
@@ -275,7 +342,7 @@ class IndexFileSeries:
     same file boundaries from entry counts and builds the files in parallel.
     """
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: IndexSettings) -> None:
         self.cfg = cfg
         self.per_file = entries_per_file(cfg.maxIndexNum)
         self._parts: list[np.ndarray] = []  # (n, 3) int64: key hash, phy offset, store timestamp
@@ -317,7 +384,7 @@ class IndexFileSeries:
 
     def finish(self) -> list[tuple[IndexHeader, bytes]]:
         """The remaining files, including the broker's empty tail file when one is due."""
-        out = []
+        out: list[tuple[IndexHeader, bytes]] = []
         if not self.cfg.messageIndexEnable or self._last_message_offset < 0:
             return out
         while self._pending > 0:
@@ -372,8 +439,8 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     entry another slot's walk reaches (a damaged prevIndex merged two chains) is not found. A walk that comes
     back to an entry it passed (a cycle) is taken to stop there: the broker would loop forever on it.
 
-    A sound file's walks pass each entry once (kernel.slot_walks). Where walks meet (damage), the answer is
-    kernel.walk_reaches': linear time, ~40 bytes of memory an entry, its inputs included (800 MB for a full
+    A sound file's walks pass each entry once (index_walks.slot_walks). Where walks meet (damage), the answer is
+    index_walks.walk_reaches': linear time, ~40 bytes of memory an entry, its inputs included (800 MB for a full
     20M-entry file).
     """
     count = reader.header.index_count
@@ -384,7 +451,7 @@ def lookup_reachable(reader: IndexFileReader) -> np.ndarray:
     prev = np.ascontiguousarray(reader.entries["prev_index"][:n], dtype=np.int32)
     bad_time = np.ascontiguousarray(reader.entries["time_diff"][:n] < 0)
     key_hash = np.ascontiguousarray(reader.entries["key_hash"][:n], dtype=np.int32)
-    reach, met = kernel.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's walks never meet
+    reach, met = index_walks.slot_walks(slots, prev, bad_time, key_hash, n)  # a sound file's walks never meet
     if met:
-        reach = kernel.walk_reaches(slots, prev, bad_time, key_hash, n)
+        reach = index_walks.walk_reaches(slots, prev, bad_time, key_hash, n)
     return reach[1:]

@@ -3,74 +3,32 @@
 Every function works on a uint8 array of segment bytes and int64 positions into it, one record (or one
 run) per loop iteration, and returns numpy arrays; the format rules live in the callers' docstrings
 (``storelib.formats.commitlog``, ``storelib.formats.javahash``, ``storelib.broker.dispatch``,
-``storelib.formats.indexfile``).
+``storelib.formats.indexfile``). The IndexFile lookup's walks: storelib.formats.index_walks.
 
-Compiled code is cached (``cache=True``): in ``NUMBA_CACHE_DIR`` when set, else next to this file when
-that directory is writable, else in ``~/.cache/rmq-store-rebuild/numba`` or the temp directory. A kernel
-imported from a zip (``spark-submit --py-files``) runs from a copy of its source in that cache directory
-(see below why).
+Compiled code is cached (``cache=True``) where storelib.formats.numba_cache says; imported from a zip
+(``spark-submit --py-files``), the module runs from a copy of its source there.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from pathlib import Path
 
+from storelib.formats.numba_cache import CACHE, source_copy
 
-def _writable_dir(path: Path) -> bool:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(path, os.W_OK | os.X_OK)
-
-
-def cache_dir() -> Path | None:
-    """Where numba must cache: None when the default (``__pycache__`` beside a writable source file) works."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"])
-    here = Path(__file__).parent
-    if here.is_dir() and _writable_dir(here / "__pycache__"):
-        return None
-    for candidate in (Path.home() / ".cache" / "rmq-store-rebuild" / "numba", Path(tempfile.gettempdir())):
-        target = candidate if candidate.name == "numba" else candidate / f"rmq-store-rebuild-numba-{os.getuid()}"
-        if _writable_dir(target):
-            return target
-    return None
-
-
-_CACHE = cache_dir()
-
-# numba (0.68) caches a function from a zip under ~/.cache/numba whatever NUMBA_CACHE_DIR says, keyed
-# by the zip's mtime: an executor's copy of a --py-files zip would recompile in every application.
-# A copy of the source, rewritten only when it changes, caches in _CACHE and stays valid.
-if not Path(__file__).is_file() and __name__ == "storelib.formats.kernel":
-    import importlib.util
-
-    _copy = (_CACHE or Path(tempfile.gettempdir())) / "storelib_kernel_src" / "kernel.py"
-    _source = __loader__.get_source(__name__)  # type: ignore[name-defined]
-    _copy.parent.mkdir(parents=True, exist_ok=True)
-    if not _copy.is_file() or _copy.read_text() != _source:
-        _tmp = _copy.with_suffix(f".{os.getpid()}.tmp")
-        _tmp.write_text(_source)
-        os.replace(_tmp, _copy)
-    _spec = importlib.util.spec_from_file_location("storelib._kernel_file", _copy)
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["storelib._kernel_file"] = _module
-    _spec.loader.exec_module(_module)
-    globals().update({k: v for k, v in vars(_module).items() if not k.startswith("_")})
+if not Path(__file__).is_file() and __name__ == "storelib.formats.kernel":  # from a zip: run a copy of the source
+    _copy = source_copy(__name__, __loader__)  # type: ignore[name-defined]  # the module's own loader
+    globals().update({k: v for k, v in vars(_copy).items() if not k.startswith("_")})
 else:
     import numba
     import numpy as np
     from numba import njit
 
-    if _CACHE is not None:
-        numba.config.CACHE_DIR = str(_CACHE)
+    if CACHE is not None:
+        numba.config.CACHE_DIR = str(CACHE)
 
     from storelib.constants import (
         BLANK_MAGIC_CODE,
+        CRC32_POLYNOMIAL,
         DLEDGER_ENTRY_MAGIC,
         FLAG_BORNHOST_V6,
         FLAG_STOREHOST_V6,
@@ -94,7 +52,7 @@ else:
         for i in range(256):
             c = i
             for _ in range(8):
-                c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+                c = (c >> 1) ^ CRC32_POLYNOMIAL if c & 1 else c >> 1
             t[0, i] = c
         for k in range(1, 8):
             for i in range(256):
@@ -262,7 +220,7 @@ else:
                 continue
             implied[i] = q + 2 + props_len[i] - p
             if check_crc and implied[i] == size:
-                computed[i] = crc32(a, body, body_len[i]) & 0x7FFFFFFF
+                computed[i] = crc32(a, body, body_len[i]) & INT32_MAX
         return (
             total, crc, qid, flag, sys_flag, reconsume, body_len, qoff, phys, born_ts, store_ts, prepared,
             topic_start, topic_len, props_start, props_len, implied, computed,
@@ -523,15 +481,15 @@ else:
         put (``inherited_timestamp`` for entry 1, then entry 1's), 0 when that begin is <= 0. The slot table at
         ``slots_at``, entry i at ``entries_at`` + 20 i. Returns the number of slots used.
 
-        The chains first, then the entries: stores into ``out`` between the slot table's random reads made one pass
-        three times slower (4.5M entries: 0.30 s, 0.10 s in two)."""
+        The chains first, then the entries: two passes, so that no store into ``out`` comes between the slot table's
+        random reads."""
         table, prev, used = slot_chains(key_hash, slots)
         for i in range(len(key_hash)):
             begin = inherited_timestamp if i == 0 else np.int64(store_timestamp[0])
             diff = np.int64(0)
             if begin > 0:
                 diff = (np.int64(store_timestamp[i]) - begin) // 1000
-                diff = min(max(diff, 0), INT32_MAX)
+                diff = min(max(diff, np.int64(0)), np.int64(INT32_MAX))
             p = entries_at + 20 * (i + 1)
             _put_i32(out, p, np.int64(key_hash[i]))
             _put_i64(out, p + 4, np.int64(phy_offset[i]))
@@ -541,130 +499,6 @@ else:
             if table[s]:
                 _put_i32(out, slots_at + 4 * s, np.int64(table[s]))
         return used
-
-    @njit(cache=True)
-    def slot_walks(slots, prev, bad_time, key_hash, n):
-        """``IndexFile.selectPhyOffset`` from every slot's entry over entries 0..n-1: which entries a lookup of
-        their own keyHash (slot keyHash % slots) returns. Exact unless ``met``: a walk came to an entry some walk
-        had passed (chains merged, or a cycle: damage only; see walk_reaches). Each entry is passed once."""
-        seen = np.zeros(n, np.bool_)
-        reach = np.zeros(n, np.bool_)
-        m = len(slots)
-        for s in range(m):
-            at = slots[s]
-            if at <= 0 or at >= n:
-                continue
-            while not bad_time[at]:
-                if seen[at]:
-                    return reach, True
-                seen[at] = True
-                reach[at] = key_hash[at] >= 0 and key_hash[at] % m == s
-                nxt = prev[at]
-                if nxt <= 0 or nxt >= n or nxt == at:
-                    break
-                at = nxt
-        return reach, False
-
-    @njit(cache=True)
-    def walk_next(prev, bad_time, n):
-        """The entry a lookup's walk reads after each entry, 0 where it stops (a bad time, a prevIndex out of
-        1..n-1 or the entry itself, or a next entry with a bad time)."""
-        nxt = np.zeros(n, np.int32)
-        for a in range(1, n):
-            p = prev[a]
-            if not bad_time[a] and 0 < p < n and p != a and not bad_time[p]:
-                nxt[a] = p
-        return nxt
-
-    @njit(cache=True)
-    def walk_ends(nxt, bad_time, n):
-        """Where each entry's walk ends: its last entry, or the first entry found of the cycle it comes to (the
-        same for every entry that comes to that cycle); and which entries lie on a cycle."""
-        end = np.full(n, -1, np.int32)  # -2: on the path being followed
-        on_cycle = np.zeros(n, np.bool_)
-        path = np.empty(n, np.int32)
-        for a in range(1, n):
-            if bad_time[a] or end[a] >= 0:
-                continue
-            k, at = 0, a
-            while end[at] == -1:
-                end[at] = -2
-                path[k] = at
-                k += 1
-                if nxt[at] == 0:
-                    break
-                at = nxt[at]
-            if end[at] >= 0:
-                last = end[at]
-            elif nxt[at] == 0 and path[k - 1] == at:
-                last = at
-            else:  # back at an entry of this path: path[j .. k-1] is a cycle
-                last = at
-                j = k - 1
-                while path[j] != at:
-                    on_cycle[path[j]] = True
-                    j -= 1
-                on_cycle[at] = True
-            for j in range(k):
-                end[path[j]] = last
-        return end, on_cycle
-
-    @njit(cache=True)
-    def tree_intervals(nxt, on_cycle, bad_time, n):
-        """Depth-first enter and leave numbers of the entries in the forest of reversed walks (roots: walk ends
-        and cycle entries): a walk from y passes tree entry e exactly when enter[e] <= enter[y] < leave[e]."""
-        first = np.zeros(n + 1, np.int32)  # entries whose walk reads v next: child[first[v]:first[v + 1]]
-        for a in range(1, n):
-            if nxt[a] and not on_cycle[a]:
-                first[nxt[a] + 1] += 1
-        for v in range(n):
-            first[v + 1] += first[v]
-        fill = first[:n].copy()
-        child = np.empty(max(1, first[n]), np.int32)
-        for a in range(1, n):
-            if nxt[a] and not on_cycle[a]:
-                child[fill[nxt[a]]] = a
-                fill[nxt[a]] += 1
-        enter = np.zeros(n, np.int32)
-        leave = np.zeros(n, np.int32)
-        stack = np.empty(n, np.int32)
-        t = 0
-        for r in range(1, n):
-            if bad_time[r] or (nxt[r] and not on_cycle[r]):
-                continue
-            fill[r], enter[r], stack[0], sp = first[r], t, r, 0
-            t += 1
-            while sp >= 0:
-                v = stack[sp]
-                if fill[v] < first[v + 1]:
-                    c = child[fill[v]]
-                    fill[v] += 1
-                    fill[c], enter[c] = first[c], t
-                    t += 1
-                    sp += 1
-                    stack[sp] = c
-                else:
-                    leave[v] = t
-                    sp -= 1
-        return enter, leave
-
-    @njit(cache=True)
-    def walk_reaches(slots, prev, bad_time, key_hash, n):
-        """slot_walks' answer however walks merge, in linear time: entry e is returned when the walk from its
-        slot's entry y ends where e's does and passes e (e on the cycle both come to, or y in e's tree)."""
-        nxt = walk_next(prev, bad_time, n)
-        end, on_cycle = walk_ends(nxt, bad_time, n)
-        enter, leave = tree_intervals(nxt, on_cycle, bad_time, n)
-        reach = np.zeros(n, np.bool_)
-        m = len(slots)
-        for e in range(1, n):
-            if bad_time[e] or key_hash[e] < 0:
-                continue
-            y = slots[key_hash[e] % m]
-            if y <= 0 or y >= n or bad_time[y] or end[e] != end[y]:
-                continue
-            reach[e] = on_cycle[e] or (enter[e] <= enter[y] and enter[y] < leave[e])
-        return reach
 
     def as_int64(values: np.ndarray) -> np.ndarray:
         """Positions and lengths as the contiguous int64 arrays the kernel takes (no copy when they are)."""

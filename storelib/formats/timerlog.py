@@ -26,9 +26,10 @@ import dataclasses
 
 import numpy as np
 
+from storelib.constants import BLANK_MAGIC_CODE  # TimerLog.BLANK_MAGIC_CODE: 0xBBCCDDEE ^ 1880681586 + 8, the same
+
 UNIT_SIZE = 52
 UNIT_PRE_SIZE_FOR_MSG = 28
-BLANK_MAGIC_CODE = -875286124
 MIN_BLANK_LEN = 16
 MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE = 1, 2, 4
 DEFAULT_FILE_SIZE = 104_857_600  # MessageStoreConfig.mappedFileSizeTimerLog

@@ -25,12 +25,12 @@ from storelib.broker.config import BrokerConfig
 from storelib.broker.timers import timer_records
 from storelib.constants import (
     CHECKPOINT_SIZE,
-    CQ_STORE_UNIT_SIZE,
-    INDEX_HEADER_SIZE,
 )
 from storelib.errors import HostileNameError, StoreFormatError
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import (
+from storelib.formats.consumequeue import CONSUME_QUEUE, decode_units, is_pre_blank
+from storelib.formats.indexfile import IndexHeader, IndexLayout, index_file_size
+from storelib.formats.scanner import (
     COMMITLOG_FRAMING,
     DLEDGER_FRAMING,
     END_BLANK,
@@ -38,8 +38,6 @@ from storelib.formats.commitlog import (
     END_ZERO_TAIL,
     SegmentScanner,
 )
-from storelib.formats.consumequeue import CONSUME_QUEUE, decode_units, is_pre_blank
-from storelib.formats.indexfile import IndexHeader, index_file_size
 from storelib.layout import (
     ABORT,
     CHECKPOINT,
@@ -264,10 +262,10 @@ def _segments(
                 if first_ts is None:
                     first_ts = int(batch.store_timestamp[0])
                 topics.update(batch.topic)
-                found = timer_records(batch) if timer_batches is not None else None
-                if found is not None:
+                if timer_batches is not None and (found := timer_records(batch)) is not None:
                     timer_batches.append(found)
         end = scanner.end
+        assert end is not None  # set when the scan is done
         out.append(
             SegmentInfo(
                 name=entry.name,
@@ -340,7 +338,6 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
     min_offset = max_offset = None
     ended_in = None  # file where the queue's valid units end
     for entry in files:
-        start = int(entry.name)
         with open(entry.path, "rb") as f:
             data = f.read()
         if len(data) != file_size:
@@ -361,7 +358,7 @@ def _queue(directory: Path, topic: str, queue_id: int, cfg: BrokerConfig) -> Que
         if later_blanks:
             problems.append(f"{entry.name}: {later_blanks} pre-blank units after the first entry")
         if len(real):
-            first = start // CQ_STORE_UNIT_SIZE
+            first = CONSUME_QUEUE.first_unit(entry.name)
             min_offset = first + int(real[0]) if min_offset is None else min_offset
             max_offset = first + int(real[-1])
             entries += len(real)
@@ -406,9 +403,9 @@ def _index_files(directory: Path, cfg: BrokerConfig, problems: list[str], requir
                 f"maxIndexNum {cfg.maxIndexNum})"
             )
         with open(entry.path, "rb") as f:
-            raw = f.read(INDEX_HEADER_SIZE)
-        if len(raw) < INDEX_HEADER_SIZE:
-            problems.append(f"{INDEX}/{entry.name}: shorter than the {INDEX_HEADER_SIZE}-byte header; skipped")
+            raw = f.read(IndexLayout.HEADER_SIZE)
+        if len(raw) < IndexLayout.HEADER_SIZE:
+            problems.append(f"{INDEX}/{entry.name}: shorter than the {IndexLayout.HEADER_SIZE}-byte header; skipped")
             continue
         h = IndexHeader.unpack(raw)
         if not 1 <= h.index_count <= cfg.maxIndexNum:

@@ -7,16 +7,19 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.restart import Restart, SegmentFacts
+from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, max_offset
-from storelib.broker.versions import BrokerRules
 from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
 from storelib.formats.checkpoint import Checkpoint
 from storelib.formats.indexfile import IndexHeader
 from storelib.reports.plan import Plan, Step
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 REBUILD_FORMAT = "rmq-store-rebuild/1"
 REBUILD_REPORT = "rebuild.json"
@@ -102,7 +105,7 @@ class DLedgerIndexRecord:
 
 @dataclasses.dataclass(frozen=True)
 class ClueRecord:
-    """A store clue as rebuild.json names it (``storelib.broker.versions.Clue.to_dict``)."""
+    """A store clue as rebuild.json names it (``storelib.broker.detection.Clue.to_dict``)."""
 
     clue: str
     detail: str
@@ -360,6 +363,36 @@ class AuditRun:
 
 
 @dataclasses.dataclass(frozen=True)
+class LogCounts:
+    """report.json's ``summary.commitlog``: the rebuilt commitlog's messages, first and end offsets and segments."""
+
+    messages: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    segments: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueCounts:
+    """report.json's ``summary.queues``: the queues audited, and of them those with nothing worse than info."""
+
+    audited: int = 0
+    ok: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexCounts:
+    """report.json's ``summary.index``: the live and rebuilt IndexFiles, the rebuilt (keyHash, commitlog offset)
+    pairs, of them those looked up in the live files (all, or a sample), and the live entries checked."""
+
+    live_files: int = 0
+    rebuilt_files: int = 0
+    keys_total: int = 0
+    keys_checked: int = 0
+    entries_checked: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class AuditSummary:
     """report.json's ``summary``: the exit code, findings per severity and kind, whether the run saw everything, and
     the counts of the commitlog, the queues and the IndexFiles (None when the audit stopped before them)."""
@@ -371,22 +404,35 @@ class AuditSummary:
     info: int = 0
     kinds: Mapping[str, int] = dataclasses.field(default_factory=dict)
     complete: bool = True
-    commitlog: Mapping[str, int] | None = None
-    queues: Mapping[str, int] | None = None
-    index: Mapping[str, int] | None = None
+    commitlog: LogCounts | None = None
+    queues: QueueCounts | None = None
+    index: IndexCounts | None = None
     timers: Mapping[str, int] | None = None  # the timer store's counts (timerlog units, pending timers, ...)
 
     def to_json(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items() if v is not None}
+        return {k: _counts_json(v) for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AuditSummary:
+        typed = {"commitlog": LogCounts, "queues": QueueCounts, "index": IndexCounts}
+        counts = {k: t(**_known(t, d[k])) for k, t in typed.items() if d.get(k) is not None}
+        return cls(**{**_known(cls, d), **counts})
+
+
+def _counts_json(value: object) -> object:
+    """A summary value as report.json holds it: counts as objects."""
+    if isinstance(value, LogCounts | QueueCounts | IndexCounts):
+        return dataclasses.asdict(value)
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def audit_summary(
     findings: Sequence[Finding],
     exit_code: int,
-    commitlog: Mapping[str, int] | None,
-    queues: Mapping[str, int] | None,
-    index: Mapping[str, int] | None,
+    commitlog: LogCounts | None,
+    queues: QueueCounts | None,
+    index: IndexCounts | None,
     timers: Mapping[str, int] | None = None,
 ) -> AuditSummary:
     """The summary of an audit's findings (in report order) and counts."""
@@ -442,7 +488,7 @@ class AuditReport:
         queues = [QueueRow(**{**older, **q, "kinds": tuple(q["kinds"])}) for q in d.get("queues", ())]
         return cls(
             AuditRun.from_json(d["run"]),
-            AuditSummary(**_known(AuditSummary, d["summary"])),
+            AuditSummary.from_json(d["summary"]),
             tuple(Finding.from_dict(f) for f in d.get("findings", ())),
             tuple(queues),
             tuple(d.get("index_files", ())),
@@ -452,8 +498,8 @@ class AuditReport:
         )
 
 
-def _as_json(record: object) -> dict[str, Any] | None:
-    return dataclasses.asdict(record) if record is not None else None  # type: ignore[call-overload]
+def _as_json(record: DataclassInstance | None) -> dict[str, Any] | None:
+    return dataclasses.asdict(record) if record is not None else None
 
 
 def sorted_findings(findings: list[Finding]) -> list[Finding]:

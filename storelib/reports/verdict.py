@@ -10,15 +10,16 @@ from __future__ import annotations
 import collections
 import shlex
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
 from storelib.layout import CHECKPOINT, COMMITLOG
 from storelib.reports.plan import Step
-from storelib.reports.report import AuditReport
+from storelib.reports.report import AuditReport, LogCounts
 
-#: report.json's ``verdict`` and its parts (JSON objects)
-Json = dict[str, object]
+#: report.json's ``verdict`` and its parts: JSON objects, read back by key
+Json = dict[str, Any]
 
 BACKUP_DEFAULT = "{store}-rmqstore-backup-<UTC time>"
 
@@ -72,8 +73,8 @@ def truncation(report: AuditReport, messages_lost: int | None) -> Json | None:
     cut = next((f for f in report.findings if f.kind == "recovery-would-truncate"), None)
     if cut is None:
         return None
-    log = report.summary.commitlog or {}
-    total = max(1, log.get("max_offset", 0) - log.get("min_offset", 0))
+    log = report.summary.commitlog or LogCounts()
+    total = max(1, log.max_offset - log.min_offset)
     return {
         "commitlog_offset": cut.commitlog_offset,
         "file": cut.file,

@@ -26,8 +26,9 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -51,17 +52,11 @@ from storelib.constants import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.formats.checkpoint import Checkpoint
-from storelib.formats.commitlog import (
-    Message,
-    SegmentScanner,
-    body_crc,
-    encode_blank,
-    encode_message,
-    format_properties,
-)
+from storelib.formats.commitlog import Message, body_crc, encode_blank, encode_message, format_properties
 from storelib.formats.consumequeue import QueueFiles
 from storelib.formats.indexfile import IndexFileSeries, IndexHeader
 from storelib.formats.javahash import java_hash
+from storelib.formats.scanner import SegmentScanner
 from storelib.layout import (
     ABORT,
     CHECKPOINT,
@@ -73,6 +68,7 @@ from storelib.layout import (
     offset_file_name,
     queue_dir,
 )
+from storelib.synthetic.spec import GenerateSummary, GeneratorSpec
 
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 PROPERTY_CLUSTER = "CLUSTER"
@@ -103,130 +99,6 @@ _PROGRESS_EVERY = 1 << 16  # records
 _CQ_CHUNK = 1 << 16  # ConsumeQueue entries held before they go to the queues' files
 _MAX_CQ_BUFFERS = 4 << 30  # one ConsumeQueue file per queue is held in memory
 _SYSTEM_QUEUES = 8  # half, op and the schedule queues a workload uses
-
-
-@dataclasses.dataclass(frozen=True)
-class GeneratorSpec:
-    """What to generate. Stops at ``messages`` records or ``target_bytes`` of commitlog, whichever comes first."""
-
-    messages: int | None = 20_000
-    target_bytes: int | None = None
-    topics: int = 4
-    queues_per_topic: int = 4
-    body_size: tuple[int, int] = (16, 512)  # inclusive range; (n, n) for a fixed size
-    max_keys: int = 3  # KEYS holds 1..max_keys keys
-    keyed_fraction: float = 0.8
-    tagged_fraction: float = 0.85
-    uniq_key_fraction: float = 0.9
-    multibyte_fraction: float = 0.1  # tags, keys and user property values with non-ASCII characters
-    odd_keys_fraction: float = 0.03  # KEYS with a double or a trailing space (an empty key in the collection)
-    ipv6_fraction: float = 0.05  # born hosts and store hosts, each drawn on its own
-    delay_fraction: float = 0.03
-    transaction_fraction: float = 0.03  # half messages, later committed or rolled back
-    legacy_transaction_fraction: float = 0.01  # PREPARED records, later COMMIT or ROLLBACK records
-    long_topic: bool = False  # also send to LONG_TOPIC (150 characters: v2 records)
-    deleted_head_segments: int = 0  # retention: delete the first k segments (never the last one)
-    seed: int = 0
-    start_timestamp: int = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-
-    def __post_init__(self) -> None:
-        if self.messages is None and self.target_bytes is None:
-            raise ValueError("give a message count or a target size")
-        if self.messages is not None and self.messages < 0:
-            raise ValueError("the message count cannot be negative")
-        if self.target_bytes is not None and self.target_bytes <= 0:
-            raise ValueError("the target size must be positive")
-        lo, hi = self.body_size
-        if not 0 <= lo <= hi:
-            raise ValueError(f"body size range {lo}-{hi} is not valid")
-        if self.topics < 1 or self.queues_per_topic < 1 or self.max_keys < 1:
-            raise ValueError("topics, queues per topic and max keys must be at least 1")
-        if self.deleted_head_segments < 0:
-            raise ValueError("deleted head segments cannot be negative")
-        for f in dataclasses.fields(self):
-            if f.name.endswith("_fraction") and not 0.0 <= getattr(self, f.name) <= 1.0:
-                raise ValueError(f"{f.name} must be between 0 and 1")
-        if self.delay_fraction + self.transaction_fraction + self.legacy_transaction_fraction > 1.0:
-            raise ValueError("delay, transaction and legacy transaction fractions add up to more than 1")
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerateSummary:
-    """What generate_store wrote."""
-
-    messages: int  # message records written (BLANKs not counted), deleted segments included
-    segments: int  # commitlog segments left on disk
-    deleted_segments: int
-    bytes: int  # commitlog bytes written (the max physical offset), deleted segments included
-    blanks: int
-    queues: int  # ConsumeQueue directories written
-    cq_files: int
-    index_files: int
-    index_entries: int
-    seconds: float
-    kinds: dict[str, int]  # records per kind: send, delay, delivered, half, commit, op, prepared, ...
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    """Generator defaults and the broker settings they are meant for."""
-
-    spec: GeneratorSpec
-    broker: dict[str, str]  # broker settings (properties-file names and values) over the defaults
-
-
-def _one_key_spec(body: int) -> GeneratorSpec:
-    """Plain sends (no delays, no transactions) with a ``body``-byte body, one tag, one key and a UNIQ_KEY;
-    4 topics x 8 queues, 1 GiB of commitlog."""
-    return GeneratorSpec(
-        messages=None,
-        target_bytes=1 << 30,
-        queues_per_topic=8,
-        body_size=(body, body),
-        max_keys=1,
-        keyed_fraction=1.0,
-        tagged_fraction=1.0,
-        uniq_key_fraction=1.0,
-        delay_fraction=0.0,
-        transaction_fraction=0.0,
-        legacy_transaction_fraction=0.0,
-    )
-
-
-PRESETS: dict[str, Preset] = {
-    # several files of every kind, every feature, one expired head segment
-    "demo": Preset(
-        GeneratorSpec(messages=20_000, deleted_head_segments=1),
-        {
-            "mappedFileSizeCommitLog": str(1 << 20),
-            "mappedFileSizeConsumeQueue": "6000",
-            "maxHashSlotNum": "997",
-            "maxIndexNum": "4000",
-        },
-    ),
-    "bench-1k": Preset(
-        GeneratorSpec(messages=None, target_bytes=1 << 30, queues_per_topic=8, body_size=(1024, 1024)), {}
-    ),
-    "bench-128": Preset(
-        GeneratorSpec(messages=None, target_bytes=1 << 30, queues_per_topic=8, body_size=(128, 128)), {}
-    ),
-    # the bench workloads: 1 tag, 1 key + UNIQ_KEY per send, broker defaults (1 GiB segments)
-    "bench-723": Preset(_one_key_spec(512), {}),  # ~723-byte records
-    "bench-320": Preset(_one_key_spec(125), {}),  # ~320-byte records
-    # the 4.9.8 sample's shape: ~14 MB in 64 KiB segments
-    "bench-sample": Preset(
-        GeneratorSpec(messages=None, target_bytes=14_000_000),
-        {
-            "mappedFileSizeCommitLog": str(64 << 10),
-            "mappedFileSizeConsumeQueue": "8000",
-            "maxHashSlotNum": "701",
-            "maxIndexNum": "3000",
-        },
-    ),
-}
 
 
 @functools.cache
@@ -279,7 +151,7 @@ class _Workload:
         self.clients_v4 = [self._client(i, v6=False) for i in range(_CLIENTS)]
         self.clients_v6 = [self._client(i, v6=True) for i in range(_CLIENTS)]
         self.uniq_counter = 0
-        self.serial = Counter()  # per key prefix
+        self.serial: Counter[str] = Counter()  # per key prefix
         self.records = 0
         self.by_record: list[tuple[int, int, str, Message]] = []  # heap: (due record, seq, kind, origin)
         self.by_time: list[tuple[int, int, str, Message]] = []  # heap: (due time, seq, kind, origin)
@@ -299,7 +171,7 @@ class _Workload:
     def _chance(self, p: float) -> bool:
         return self.rng.random() < p
 
-    def _pick(self, seq: tuple[str, ...] | list) -> object:
+    def _pick(self, seq: Sequence[str]) -> str:
         return seq[int(self.rng.random() * len(seq))]
 
     def _store_host(self) -> str:
@@ -480,7 +352,7 @@ class _SegmentWriter:
         self.on_finished = on_finished
         self.offset = 0  # the next record's physical offset
         self.start = 0  # current segment's start offset
-        self.file = None
+        self.file: BinaryIO | None = None
         self.segments: list[Path] = []
         self.blanks = 0
 
@@ -492,8 +364,8 @@ class _SegmentWriter:
         return self.offset if length + END_FILE_MIN_BLANK_LENGTH <= left else self.start + self.size
 
     def write(self, data: bytes, at: int) -> None:
-        if at != self.offset:
-            self.file.write(encode_blank(at - self.offset))
+        if at != self.offset:  # the next segment: a BLANK ends this one
+            self._current().write(encode_blank(at - self.offset))
             self.blanks += 1
             self._close()
             self.start = self.offset = at
@@ -504,9 +376,14 @@ class _SegmentWriter:
         self.file.write(data)
         self.offset += len(data)
 
+    def _current(self) -> BinaryIO:
+        assert self.file is not None, "no segment is open"
+        return self.file
+
     def _close(self) -> None:
-        self.file.truncate(self.size)  # preallocated: zero-filled after the last record
-        self.file.close()
+        f = self._current()
+        f.truncate(self.size)  # preallocated: zero-filled after the last record
+        f.close()
         self.file = None
         self.on_finished(self.segments[-1], self.start)
 
@@ -537,6 +414,7 @@ class _Dispatcher:
             scanner = SegmentScanner(f, path.name, start, self.cfg.mappedFileSizeCommitLog, check_crc=False)
             for batch in scanner:
                 self._batch(batch)
+        assert scanner.end is not None  # set when the scan is done
         if not scanner.end.clean or scanner.damage:
             raise RuntimeError(f"generator wrote a bad segment: {scanner.end} {scanner.damage[:1]}")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storelib.broker.config import BrokerConfig
 from storelib.constants import MESSAGE_MAGIC_CODE
-from storelib.formats.commitlog import SegmentScanner
+from storelib.formats.scanner import SegmentScanner
 from storelib.layout import commitlog_file, parse_offset_name
 
 TORN_TOTAL_SIZE = 300  # what the torn record's TOTALSIZE claims; only 16 of its bytes reach the disk
@@ -45,6 +45,7 @@ def tear_commitlog_tail(store: Path, cfg: BrokerConfig) -> str:
         scanner = SegmentScanner(f, commitlog_file(last.name), start, cfg.mappedFileSizeCommitLog, check_crc=False)
         for _ in scanner:
             pass
+    assert scanner.end is not None  # set when the scan is done
     end = scanner.end.offset
     if end - start + len(TORN_HEAD) > cfg.mappedFileSizeCommitLog:
         raise ValueError(f"{commitlog_file(last.name)} is full: no room for a torn record after offset {end}")

@@ -1,8 +1,9 @@
-"""The figures tests/test_disasters.py saw, and the README table made from them.
+"""The figures tests/test_disasters.py saw, and the table of docs/disasters.md made from them.
 
 Each disaster test writes `<cache>/disasters/<version>-<scenario>.json`: what the broker served before the loss (or,
 after a crash, from the untouched copy), from the damaged copy alone, and after `rmqstore recover --apply`.
-`python -m tests.broker.disasters` puts the table between the README's `<!-- BEGIN disasters table -->` markers.
+`python -m tests.broker.disasters` puts the table between the `<!-- BEGIN disasters table -->` markers of
+docs/disasters.md.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from tests.broker.harness import CACHE
 
 FIGURES = CACHE / "disasters"
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "disasters.md"
 BEGIN, END = "<!-- BEGIN disasters table -->", "<!-- END disasters table -->"
 SCENARIOS = {
     "a-index-lost": "`index/` lost",
@@ -64,12 +65,12 @@ def cell(got: dict[str, int], of: dict[str, int]) -> str:
 
 
 def main() -> int:
-    text = README.read_text()
+    text = PAGE.read_text()
     new = re.sub(f"{re.escape(BEGIN)}.*?{re.escape(END)}", f"{BEGIN}\n{table()}\n{END}", text, flags=re.S)
     if new == text and BEGIN not in text:
-        print(f"no {BEGIN} in {README}", file=sys.stderr)
+        print(f"no {BEGIN} in {PAGE}", file=sys.stderr)
         return 1
-    README.write_text(new)
+    PAGE.write_text(new)
     print(table())
     return 0
 

@@ -1,0 +1,259 @@
+"""Which rule set of the release table a store gets: given (``--broker-version``) or detected, and settled once no two
+rule sets the store's clues allow write different files for it (``RuleInputs``: the records that tell them apart;
+``BrokerRules``; ``select``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from storelib.broker.detection import Releases, StoreFacts, Stretch, earlier_releases, intersect, releases
+from storelib.broker.versions import RuleSet, Version, parse_version, rules_for, version_text
+from storelib.errors import AmbiguousRelease, ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleInputs:
+    """A store's records that the rule sets of different releases dispatch differently (counted by the parse)."""
+
+    tagged_index_records: int = 0  # records put into the IndexFile that hold TAGS (5.4.0 adds topic#T#<TAGS>)
+    batch_cq_records: int = 0  # ConsumeQueue records of queue.type=BatchCQ topics (5.0.0+: batchconsumequeue/)
+    lmq_sources: tuple[tuple[str, int], ...] = ()  # (source topic, records) with both INNER_MULTI_* properties
+    lmq_unprefixed_names: int = 0  # INNER_MULTI_DISPATCH names without %LMQ% (5.0.0+ skip them)
+    lmq_path_names: int = 0  # names holding "/" (5.1.2+ skip them)
+    index_records: int = 0  # records put into the IndexFile (hashSlotCount counts every put before 4.7.1)
+    split_pair_records: int = 0  # records with a dispatched property value holding 0x01 (before 4.9.1: no property)
+
+    def __add__(self, other: RuleInputs) -> RuleInputs:
+        sources = collections.Counter(dict(self.lmq_sources))
+        sources.update(dict(other.lmq_sources))
+        return RuleInputs(
+            self.tagged_index_records + other.tagged_index_records,
+            self.batch_cq_records + other.batch_cq_records,
+            tuple(sorted(sources.items())),
+            self.lmq_unprefixed_names + other.lmq_unprefixed_names,
+            self.lmq_path_names + other.lmq_path_names,
+            self.index_records + other.index_records,
+            self.split_pair_records + other.split_pair_records,
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RuleInputs:  # a JSON object
+        sources = tuple((str(t), int(n)) for t, n in d.get("lmq_sources") or ())
+        return cls(**{**d, "lmq_sources": sources})
+
+
+def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
+    """Why rule sets ``a`` and ``b`` write different files for a store with ``inputs``."""
+    out = []
+    later = version_text(max(a.first, b.first))
+    since = f"from {later} on"
+    if a.index_tag_keys != b.index_tag_keys and inputs.tagged_index_records:
+        out.append(f"{inputs.tagged_index_records:,} tagged message(s) get a topic#T#<TAGS> IndexFile key {since}")
+    if a.hash_slot_every_put != b.hash_slot_every_put and inputs.index_records:
+        out.append(f"the IndexFile header's hashSlotCount counts occupied slots, not every put, {since}")
+    if a.properties_split_pairs != b.properties_split_pairs and inputs.split_pair_records:
+        n = inputs.split_pair_records
+        out.append(f"{n:,} record(s) hold a property whose value has 0x01 (a pair split in three: none before {later})")
+    if a.batch_cq != b.batch_cq and inputs.batch_cq_records:
+        out.append(f"{inputs.batch_cq_records:,} record(s) of BatchCQ topics go to batchconsumequeue/ {since}")
+    moved = [t for t, _ in inputs.lmq_sources if a.lmq_source_allowed(t) != b.lmq_source_allowed(t)]
+    if moved:
+        by = a.name if a.lmq_source_allowed(moved[0]) else b.name
+        out.append(f"LMQ copies of {', '.join(moved)} records are dispatched by rule set {by} only")
+    sources = any(a.lmq_source_allowed(t) or b.lmq_source_allowed(t) for t, _ in inputs.lmq_sources)
+    if sources and a.lmq_names_need_prefix != b.lmq_names_need_prefix and inputs.lmq_unprefixed_names:
+        out.append(f"{inputs.lmq_unprefixed_names:,} LMQ name(s) without %LMQ% are skipped {since}")
+    if sources and a.lmq_skip_path_names != b.lmq_skip_path_names and inputs.lmq_path_names:
+        out.append(f"{inputs.lmq_path_names:,} LMQ name(s) holding '/' are skipped {since}")
+    return out
+
+
+def lmq_writers(found: Releases, inputs: RuleInputs) -> tuple[tuple[RuleSet, ...], str]:
+    """The rows of the releases in ``found`` whose appends give LMQ offsets to every source topic whose records
+    hold them in this store (a release that gives a source none cannot have written its offsets), and why."""
+    sources = [t for t, _ in inputs.lmq_sources]
+    writers = tuple(r for r in found.candidates if all(r.lmq_offsets_given(t) for t in sources))
+    if len(writers) == len(found.candidates):
+        return writers, ""
+    names = ", ".join(r.name for r in writers) or "no rule set"
+    return writers, f"LMQ offsets on records of {', '.join(sources)}: appended under rule sets {names} only"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerRules:
+    """The rules a run uses, and why: given (``--broker-version``) or detected from the store's clues.
+
+    Detected rules are ``settled`` once no two rule sets the clues allow write different files for this store
+    (``settle``, after the parse has counted the records that tell them apart); until then the parse uses the
+    oldest verified one of them.
+    """
+
+    rules: RuleSet
+    source: str  # "--broker-version" or "detected"
+    why: str
+    releases: Releases | None = None  # detected: the releases the clues allow
+    settled: bool = True
+    version: str = ""  # the given release
+    #: a store several releases wrote: the rules of each stretch before the last (its first record's offset,
+    #: rules); these rules are the last stretch's, from ``start``
+    earlier: tuple[tuple[int, BrokerRules], ...] = ()
+    start: int = 0
+
+    @property
+    def candidates(self) -> tuple[RuleSet, ...]:
+        return self.releases.candidates if self.releases else (self.rules,)
+
+    def settle(self, inputs: RuleInputs) -> BrokerRules:
+        """These rules, once shown to write the same files as every rule set that could have written the store
+        (the releases allowed, less those whose appends give no LMQ offsets to the store's multi-dispatched
+        source topics); else AmbiguousRelease, naming what differs and the releases to choose from. Rules no
+        broker verified are never the ones that write (AmbiguousRelease when only they are left)."""
+        if self.settled:
+            return self
+        assert self.releases is not None
+        writers, because = lmq_writers(self.releases, inputs)
+        if not writers:
+            raise ConfigError(f"the store's records contradict its clues ({self.why}; {because}): give the release")
+        rules = self.rules
+        chain = [rules, *(r for r in writers if r is not rules)]  # each difference said once, where it changes
+        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs)))
+        classes: list[RuleSet] = []  # one row of each set of writers that write the same files
+        for r in writers:
+            if all(differences(c, r, inputs) for c in classes):
+                classes.append(r)
+        choices = [version_text(self.releases.lowest_of(r)) or "" for r in classes]
+        if diffs:
+            raise AmbiguousRelease(
+                f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
+                f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
+                f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
+                choices,
+            )
+        if not rules.verified:
+            raise AmbiguousRelease(
+                f"the store's clues allow {self.releases.text} ({self.why}) only, whose rule sets "
+                f"{', '.join(r.name for r in writers)} no real broker verified. Nothing was written: give the "
+                "release with --broker-version to use them",
+                choices,
+            )
+        why = self.why + (f"; {because}" if because else "")
+        why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
+        return dataclasses.replace(self, settled=True, why=why)
+
+    @property
+    def lowest_release(self) -> str:
+        """The oldest release these rules stand for: of the rule set, within the releases the clues allow."""
+        low = self.releases.lowest_of(self.rules) if self.releases else self.rules.first
+        return version_text(low) or ""
+
+    @property
+    def settled_all(self) -> bool:
+        return self.settled and all(r.settled for _, r in self.earlier)
+
+    @property
+    def line(self) -> str:
+        """The one console line: which rules, why, and which broker verified them (per stretch of an upgraded
+        store: "from offset N:")."""
+        out = [f"from commitlog offset {start:,}: {r.own_line}" for start, r in self.earlier]
+        own = self.own_line
+        return "; ".join([*out, f"from commitlog offset {self.start:,}: {own}"]) if out else own
+
+    @property
+    def own_line(self) -> str:
+        source = f"detected, releases {self.releases.text}" if self.releases else self.source
+        aside = self.releases.set_aside if self.releases else ()
+        why = self.why + "".join(f"; set aside: {c.text}, a weak clue ({c.weak})" for c in aside)
+        return f"broker rules {self.rules.name} ({source}; {self.rules.verified_text}): {why}"
+
+    @property
+    def stretches(self) -> tuple[tuple[int, str], ...]:
+        """BrokerConfig.releaseStretches of these rules: each later stretch's start and the release its parse uses."""
+        return (
+            tuple((start, r.lowest_release) for start, r in [*self.earlier[1:], (self.start, self)])
+            if self.earlier
+            else ()
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **self.rules.to_dict(),
+            "source": self.source,
+            "why": self.why,
+            "version": self.version or None,
+            "releases": self.releases.text if self.releases else None,
+            "clues": [c.to_dict() for c in self.releases.clues] if self.releases else [],
+            "set_aside": [c.to_dict() for c in self.releases.set_aside] if self.releases else [],
+            "stretches": [{"start": start, **r.to_dict()} for start, r in self.earlier]
+            + ([{"start": self.start, "name": self.rules.name}] if self.earlier else []),
+        }
+
+
+def _against_clues(version: Version, facts: StoreFacts) -> str:
+    """A warning when a given release lies outside the releases the store's clues allow, else ""."""
+    try:
+        found = releases(facts)
+    except ConfigError:
+        return ""
+    if found.holds(version):
+        return ""
+    return f" (WARNING: the store's clues allow {found.text}: {'; '.join(c.text for c in found.clues)})"
+
+
+def given_releases(version: str) -> Releases:
+    """The releases a ``--broker-version`` names: one release (``5.3.3``) or a whole line (``4.9``: 4.9.0 up to
+    4.10.0)."""
+    v = parse_version(version)
+    rules_for(v)
+    line = version.strip().count(".") == 1
+    return Releases.between(v, (v[0], v[1] + 1, 0) if line else (v[0], v[1], v[2] + 1))
+
+
+def select(version: str, facts: StoreFacts) -> BrokerRules:
+    """The rules to use: a given ``--broker-version`` wins over detection from the store (a line, ``4.9``, is
+    narrowed by the clues and settled like detection when its releases' rows differ). Detected rules are the
+    oldest verified rule set the clues allow, settled at once when the clues allow only one."""
+    if version:
+        why = f"--broker-version {version}" + _against_clues(parse_version(version), facts)
+        given = given_releases(version)
+        if len(given.candidates) == 1:
+            return BrokerRules(rules_for(version), "--broker-version", why, version=version)
+        try:
+            narrowed = intersect(given.spans, releases(facts).spans) or given.spans
+        except ConfigError:
+            narrowed = given.spans
+        return _unsettled(Releases(narrowed), facts, "--broker-version", why, version)
+    found = releases(facts)
+    why = "; ".join(c.text for c in found.clues if c not in found.set_aside) or "no clue in the store"
+    return _unsettled(found, facts, "detected", why, "")
+
+
+def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, ...]) -> BrokerRules:
+    """``select`` for a store several releases wrote in turn (``stretches``, oldest first): the last stretch's rules
+    from every clue (config/ files that only an older release may have left are weak: the upgrade may not have
+    rewritten them) or from ``--broker-version``, each earlier stretch's from its own records."""
+    if len(stretches) < 2:
+        return select(version, facts)
+    last = select(version, dataclasses.replace(facts, upgraded=True))
+    later = given_releases(version) if last.releases is None else last.releases  # given: the last stretch's
+    earlier = []
+    for stretch in reversed(stretches[:-1]):
+        found = earlier_releases(stretch, later)
+        lmq = StoreFacts(lmq_sources=stretch.lmq_sources)
+        earlier.append((stretch.start, _unsettled(found, lmq, "detected", stretch.clue.text, "")))
+        later = found
+    return dataclasses.replace(last, earlier=tuple(reversed(earlier)), start=stretches[-1].start)
+
+
+def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, version: str) -> BrokerRules:
+    """The rules the parse uses: the oldest verified row whose appends give LMQ offsets to the source topics of
+    the sampled records that hold them (no other row can have written them), settled when it is the only row."""
+    cands = found.candidates
+    writers = [r for r in cands if all(r.lmq_offsets_given(t) for t in facts.lmq_sources)] or list(cands)
+    rules = ([r for r in writers if r.verified] or writers)[0]
+    settled = len(cands) == 1 and rules.verified
+    return BrokerRules(rules, source, why, found, settled=settled, version=version)
