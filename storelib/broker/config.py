@@ -234,6 +234,30 @@ def validate(cfg: BrokerConfig) -> None:
         raise ConfigError("mapperFileSizeBatchConsumeQueue must be a positive multiple of the 46-byte unit")
 
 
+def with_store_mode(cfg: BrokerConfig, rocksdb_cq: bool, file_config: bool, lmq_files: bool) -> BrokerConfig:
+    """``cfg`` with the store's ConsumeQueue mode: broker.conf's ``storeType`` and CombineConsumeQueueStore settings,
+    else what the store shows.
+
+    ``rocksdb_cq``: a RocksDB in consumequeue/ (or consumequeue_rocksdb/); ``file_config``: the broker keeps topic
+    configs in config/topics.json (no RocksDB config/topics/, which a ``storeType=defaultRocksDB`` broker writes);
+    ``lmq_files``: consumequeue/ holds a ``%LMQ%`` directory. A RocksDB ConsumeQueue beside a file config is the
+    5.5.0 ``rocksdbCQDoubleWriteEnable`` store (CombineConsumeQueueStore: the file ConsumeQueues stay the
+    broker's primary, the RocksDB one is written beside them); its LMQ queues are in RocksDB only
+    (``combineCQUseRocksdbForLmq``: MultiDispatchUtils.checkMultiDispatchQueue) when no ``%LMQ%`` directory is a
+    file queue. Any other RocksDB ConsumeQueue is ``defaultRocksDB``'s, unless broker.conf says ``storeType``.
+    """
+    double_write = cfg.rocksdbCQDoubleWriteEnable or (rocksdb_cq and file_config and cfg.storeType != "defaultRocksDB")
+    if not double_write:
+        return dataclasses.replace(cfg, storeType=cfg.storeType or ("defaultRocksDB" if rocksdb_cq else "default"))
+    lmq_in_rocksdb = cfg.combineCQUseRocksdbForLmq if cfg.rocksdbCQDoubleWriteEnable else not lmq_files
+    return dataclasses.replace(
+        cfg,
+        storeType=cfg.storeType or "default",
+        rocksdbCQDoubleWriteEnable=True,
+        combineCQUseRocksdbForLmq=lmq_in_rocksdb,
+    )
+
+
 def batch_cq_topics(topics_json: str) -> tuple[str, ...]:
     """Topics of ``config/topics.json`` whose attribute ``queue.type`` is BatchCQ (TopicAttributes).
 
