@@ -65,3 +65,5 @@ INT32_MIN = -0x80000000
 
 # --- StoreCheckpoint -----------------------------------------------------------------
 CHECKPOINT_SIZE = 4096
+
+LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX: a Light Message Queue's topic name

@@ -22,22 +22,27 @@ from tests.reference import store_files
 DOUBLE_WRITE = {"storeType": "default", "rocksdbCQDoubleWriteEnable": True, "combineCQUseRocksdbForLmq": True}
 
 
+FILE_QUEUES = frozenset({"TopicOrders", "SCHEDULE_TOPIC_XXXX"})
+WITH_LMQ = FILE_QUEUES | {"%LMQ%room-0"}
+
+
 @pytest.mark.parametrize(
-    ("given", "rocksdb_cq", "file_config", "lmq_files", "mode"),
+    ("given", "rocksdb_cq", "file_config", "queue_dirs", "mode"),
     [
-        ({}, False, True, True, ("default", False, False)),  # a file store
-        ({}, True, False, False, ("defaultRocksDB", False, False)),  # a RocksDB config/topics/, or config/ lost
-        ({}, True, True, False, ("default", True, True)),  # double write, no %LMQ% file queue: LMQ in RocksDB only
-        ({}, True, True, True, ("default", True, False)),  # double write, %LMQ% file queues: LMQ in both
-        ({"storeType": "defaultRocksDB"}, True, True, False, ("defaultRocksDB", False, False)),  # broker.conf says
-        ({"storeType": "default"}, True, False, False, ("default", False, False)),  # rolled back from RocksDB
-        ({"rocksdbCQDoubleWriteEnable": True}, True, False, False, ("default", True, False)),  # broker.conf says
+        ({}, False, True, WITH_LMQ, ("default", False, False)),  # a file store
+        ({}, True, False, FILE_QUEUES, ("defaultRocksDB", False, False)),  # a RocksDB config/topics/, or config/ lost
+        ({}, True, True, frozenset(), ("defaultRocksDB", False, False)),  # no file queue beside the RocksDB
+        ({}, True, True, FILE_QUEUES, ("default", True, True)),  # double write, no %LMQ% file queue: LMQ in RocksDB
+        ({}, True, True, WITH_LMQ, ("default", True, False)),  # double write, %LMQ% file queues: LMQ in both
+        ({"storeType": "defaultRocksDB"}, True, True, FILE_QUEUES, ("defaultRocksDB", False, False)),  # broker.conf
+        ({"storeType": "default"}, True, False, WITH_LMQ, ("default", False, False)),  # rolled back from RocksDB
+        ({"rocksdbCQDoubleWriteEnable": True}, True, False, WITH_LMQ, ("default", True, False)),  # broker.conf says
     ],
 )
 def test_store_mode_from_broker_conf_else_from_the_store(
-    given: dict, rocksdb_cq: bool, file_config: bool, lmq_files: bool, mode: tuple[str, bool, bool]
+    given: dict, rocksdb_cq: bool, file_config: bool, queue_dirs: frozenset[str], mode: tuple[str, bool, bool]
 ) -> None:
-    cfg = with_store_mode(BrokerConfig(enableMultiDispatch=True, **given), rocksdb_cq, file_config, lmq_files)
+    cfg = with_store_mode(BrokerConfig(enableMultiDispatch=True, **given), rocksdb_cq, file_config, queue_dirs)
     assert (cfg.storeType, cfg.rocksdbCQDoubleWriteEnable, cfg.combineCQUseRocksdbForLmq) == mode
     assert cfg.multi_dispatch_to_files == (not mode[2])  # LMQ units go into file ConsumeQueues
 

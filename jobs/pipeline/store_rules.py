@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
 from storelib.broker.config import BrokerConfig, batch_cq_topics, with_store_mode
-from storelib.broker.dispatch import LMQ_PREFIX, TAG_KEY_INFIX, dispatch_batch
+from storelib.broker.dispatch import TAG_KEY_INFIX, dispatch_batch
 from storelib.broker.segments import Segment, SegmentSummary, by_stretch
 from storelib.broker.versions import (
     CONFIG_JSON,
@@ -114,8 +114,10 @@ def _store_mode(fs: pafs.FileSystem, root: str, cfg: BrokerConfig, rocksdb_confi
     ConsumeQueue is in the store."""
     rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
     file_config = fs.get_file_info(join(root, "config", "topics.json")).type == pafs.FileType.File
-    lmq_files = any(i.base_name.startswith(LMQ_PREFIX) for i in _entries(fs, join(root, CONSUMEQUEUE)))
-    return with_store_mode(cfg, rocksdb, file_config and not rocksdb_config, lmq_files), rocksdb
+    queue_dirs = frozenset(
+        i.base_name for i in _entries(fs, join(root, CONSUMEQUEUE)) if i.type == pafs.FileType.Directory
+    )
+    return with_store_mode(cfg, rocksdb, file_config and not rocksdb_config, queue_dirs), rocksdb
 
 
 #: how much of each segment's head ``find_stretches`` reads for its first record with properties
