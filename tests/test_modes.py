@@ -14,10 +14,12 @@ import pytest
 from jobs.pipeline.audit_flow import audit
 from jobs.pipeline.context import Run
 from jobs.pipeline.rebuild_flow import rebuild
+from jobs.pipeline.recover_flow import recover
 from storelib.broker.config import BrokerConfig, load_broker_config, with_store_mode
 from storelib.formats.rocksdbcq import read_units
 from tests.broker.fixtures import harness_store
 from tests.reference import store_files
+from tests.storecopy import copy_store
 
 DOUBLE_WRITE = {"storeType": "default", "rocksdbCQDoubleWriteEnable": True, "combineCQUseRocksdbForLmq": True}
 
@@ -59,7 +61,8 @@ def test_double_write_store_rebuilt_as_the_broker_split_it_and_audited_clean(
 ) -> None:
     """The real 5.5.0 broker's double-write store: the RocksDB beside consumequeue/'s files holds every queue, the
     %LMQ% ones only there; the rebuild writes the broker's file ConsumeQueues (no %LMQ% file) and IndexFiles, byte
-    for byte, and the audit finds nothing (exit 0), with the mode in broker.conf or told by the store."""
+    for byte, and the audit finds nothing (exit 0), with the mode in broker.conf or told by the store; recover puts
+    a damaged file queue back and leaves the RocksDB as it is."""
     store = harness_store("5.5.0", "doublewrite-lmq")
     live = store / "store"
     cfg = load_broker_config(store / "broker.conf")
@@ -81,3 +84,12 @@ def test_double_write_store_rebuilt_as_the_broker_split_it_and_audited_clean(
     result = audit(run, str(live), str(out), None)
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
     assert result.report.summary.queues["audited"] == len({k.rsplit("/", 1)[0] for k in files})
+
+    # a file queue zeroed in a copy: found and put back, the RocksDB beside it untouched
+    copy = copy_store(live, tmp_path / "copy", without=("lock",))
+    rocksdb = {k: v for k, v in store_files(copy, "consumequeue").items() if k.count("/") == 1}
+    damaged = sorted(k for k in files if k.startswith("consumequeue/TopicOrders/"))[0]
+    (copy / damaged).write_bytes(bytes(len(files[damaged])))
+    assert recover(run, str(copy), str(out), True, backup_dir=tmp_path / "backup") == 0
+    assert queue_files(copy) == files
+    assert {k: v for k, v in store_files(copy, "consumequeue").items() if k.count("/") == 1} == rocksdb
