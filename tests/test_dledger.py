@@ -44,9 +44,9 @@ from storelib.formats.dledger_convert import plain_records, segment_tail
 from storelib.reports.inspection import inspect_store
 from tests import reference
 from tests.broker.fixtures import harness_store
-from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, served
+from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, replayed, served
 from tests.builders import scan
-from tests.reference import assert_same_index, store_files
+from tests.reference import assert_queues_as_the_broker_replays_them, assert_same_index, store_files
 from tests.storecopy import copy_store
 
 DLEDGER_VERSIONS = ["5.5.0", "4.9.7"]
@@ -341,7 +341,8 @@ def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger
 ) -> None:
     """The DLedger store converted (the source untouched): plain segments whose records sit where their
     PHYSICALOFFSET says, and a broker of the release that wrote it, started in file mode on the result, serves every
-    queue as a DLedger broker started on the source does."""
+    queue as a DLedger broker started on the source does; its ConsumeQueues are those that broker writes when it
+    dispatches the converted commitlog again."""
     store = harness_store(version, variant)
     settings = read_properties(store / "broker.conf")
     source = store_files(store / "store", "dledger-n0/data", "commitlog")
@@ -355,6 +356,7 @@ def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger
     assert len(walked) == done.messages == len(old) + committed_index(store / "store") + 1
     plain = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
     assert served_messages(served(version, out, plain)) == served_messages(served(version, store / "store", settings))
+    assert_queues_as_the_broker_replays_them(replayed(version, out, plain), out)
 
 
 def test_plain_records_sit_where_their_physical_offset_says_and_keep_everything_else() -> None:
