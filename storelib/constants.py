@@ -64,3 +64,5 @@ CRC32_POLYNOMIAL = 0xEDB88320
 
 # --- StoreCheckpoint -----------------------------------------------------------------
 CHECKPOINT_SIZE = 4096
+
+LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX: a Light Message Queue's topic name

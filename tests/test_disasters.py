@@ -24,14 +24,13 @@ from tests.broker.harness import (
     served_key,
     served_queues,
 )
-from tests.reference import walk_commitlog
+from tests.reference import assert_queues_as_the_broker_replays_them, queue_units, walk_commitlog
 from tests.storecopy import run_cli
 
 pytestmark = pytest.mark.broker
 
 VERSIONS = ("5.5.0", "5.3.3", "4.9.7")
 QUEUE_DIRS = ("consumequeue", "batchconsumequeue")
-CQ_UNIT = {"consumequeue": 20, "batchconsumequeue": 46}  # bytes per unit (BatchConsumeQueue: FACTS.md)
 
 
 def lose_index(root: Path) -> None:
@@ -202,16 +201,6 @@ def assert_every_lookup_finds_its_message(lines: list[dict], settings: dict[str,
     assert wanted
 
 
-def queue_units(root: Path) -> dict[str, list[bytes]]:
-    """Every queue's units in queue-offset order (files concatenated), zero units included."""
-    units: dict[str, list[bytes]] = {}
-    for name, size in CQ_UNIT.items():
-        for queue in sorted((root / name).glob("*/*")):
-            data = b"".join(f.read_bytes() for f in sorted(queue.iterdir()))
-            units[f"{name}/{queue.parent.name}/{queue.name}"] = [data[i : i + size] for i in range(0, len(data), size)]
-    return units
-
-
 def assert_queues_hold_what_is_served(root: Path, oracle: list[dict]) -> None:
     """Before the broker starts, each ConsumeQueue of the recovered store holds a unit the broker reads (offset >= 0,
     size > 0: ConsumeQueue.recover) for every queue offset it serves: after a crash, recover wrote the tail the
@@ -247,26 +236,6 @@ def assert_files_as_the_broker_wrote_them(original: Path, recovered: Path, scena
     live_index = [p.read_bytes() for p in sorted((original / "index").iterdir())]
     built_index = [p.read_bytes() for p in sorted((recovered / "index").iterdir())]
     assert [i for i, (a, b) in enumerate(zip(built_index, live_index, strict=True)) if a != b] == []
-
-
-def assert_queues_as_the_broker_replays_them(replay: Path, recovered: Path) -> None:
-    """Every queue unit by unit as the broker in file mode wrote it when it dispatched the whole commitlog again
-    (harness `replayed`), up to the units of records it put itself while it ran (past the commitlog's end)."""
-    try:
-        last = list(walk_commitlog(recovered / "commitlog"))[-1]
-        end = last.offset + last.total_size
-        live, rebuilt = queue_units(replay), queue_units(recovered)
-        for queue, units in live.items():
-            past = [i for i, u in enumerate(units) if struct.unpack_from(">q", u)[0] >= end and u.strip(b"\0")]
-            got, want = rebuilt.get(queue, []), units[: past[0]] if past else units
-            assert _without_zero_tail(got) == _without_zero_tail(want), queue
-        assert sorted(rebuilt) == sorted(live)
-    finally:
-        shutil.rmtree(replay.parent, ignore_errors=True)
-
-
-def _without_zero_tail(units: list[bytes]) -> list[bytes]:
-    return units[: max((i + 1 for i, u in enumerate(units) if u.strip(b"\0")), default=0)]
 
 
 def test_served_key_follows_the_bytes_and_the_settings(tmp_path: Path) -> None:

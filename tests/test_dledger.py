@@ -37,9 +37,9 @@ from storelib.formats.scanner import DLEDGER_FRAMING, END_BAD_MAGIC, END_BAD_SIZ
 from storelib.reports.inspection import inspect_store
 from tests import reference
 from tests.broker.fixtures import harness_store
-from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, served
+from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, replayed, served
 from tests.builders import scan
-from tests.reference import assert_same_index, store_files
+from tests.reference import assert_queues_as_the_broker_replays_them, assert_same_index, store_files
 from tests.storecopy import copy_store
 
 DLEDGER_VERSIONS = ["5.5.0", "4.9.7"]
@@ -326,14 +326,17 @@ def served_messages(lines: list[dict]) -> dict[tuple[str, int], set[tuple[int, o
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("variant", ["dledger", "dledger-mixed"])
+@pytest.mark.parametrize(
+    ("version", "variant"), [("5.5.0", "dledger"), ("5.5.0", "dledger-mixed"), ("4.9.7", "dledger")]
+)
 def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger_broker_did(
-    spark, tmp_path: Path, variant: str
+    spark, tmp_path: Path, version: str, variant: str
 ) -> None:
     """The DLedger store converted (the source untouched): plain segments whose records sit where their
-    PHYSICALOFFSET says, and a broker started in file mode on the result serves every queue as a DLedger broker
-    started on the source does."""
-    store = harness_store("5.5.0", variant)
+    PHYSICALOFFSET says, and a broker of the release that wrote it, started in file mode on the result, serves every
+    queue as a DLedger broker started on the source does; its ConsumeQueues are those that broker writes when it
+    dispatches the converted commitlog again."""
+    store = harness_store(version, variant)
     settings = read_properties(store / "broker.conf")
     source = store_files(store / "store", "dledger-n0/data", "commitlog")
     out = tmp_path / "plain"
@@ -345,7 +348,8 @@ def test_convert_gives_a_plain_store_a_broker_in_file_mode_serves_as_the_dledger
     old = list(reference.walk_commitlog(store / "store" / "commitlog")) if variant == "dledger-mixed" else []
     assert len(walked) == done.messages == len(old) + committed_index(store / "store") + 1
     plain = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
-    assert served_messages(served("5.5.0", out, plain)) == served_messages(served("5.5.0", store / "store", settings))
+    assert served_messages(served(version, out, plain)) == served_messages(served(version, store / "store", settings))
+    assert_queues_as_the_broker_replays_them(replayed(version, out, plain), out)
 
 
 def test_plain_records_sit_where_their_physical_offset_says_and_keep_everything_else() -> None:

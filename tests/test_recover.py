@@ -241,3 +241,24 @@ def test_recover_copies_a_chunk_at_a_time_and_zeros_stay_a_hole(tmp_path: Path) 
     assert sha256 == expected.hexdigest()
     with pytest.raises(OSError, match="ends 1 bytes before byte"):
         write_durably(tmp_path / "short", [Piece.of_file(segment, 0, (40 << 20) + 1)])
+
+
+def test_recover_creates_a_lost_index_file_where_the_broker_loads_it(
+    spark, fixture_dir: Path, fixture_cfg, crashed_rebuilt: Path, tmp_path: Path, capsys
+) -> None:
+    """crashed/ without its first IndexFile: recover rewrites the later positions and creates the last file under a
+    name after every live one (the broker loads IndexFiles in name order), so the re-audit is clean, the files in
+    name order are clean/'s and the ConsumeQueues are clean/'s."""
+    store = copy_store(fixture_dir / "crashed", tmp_path / "store")
+    live = sorted(p.name for p in (store / "index").iterdir())
+    (store / "index" / live[0]).unlink()
+    code = recover(Run(spark, fixture_cfg), str(store), str(crashed_rebuilt), True, True, tmp_path / "backup")
+    out = capsys.readouterr().out
+    assert code == 0 and "re-audit: 0 repairable findings left" in out, out
+    names = sorted(p.name for p in (store / "index").iterdir())
+    assert names[:-1] == live[1:] and names[-1] > live[-1]
+    clean = fixture_dir / "clean"
+    assert [(store / "index" / n).read_bytes() for n in names] == [
+        p.read_bytes() for p in sorted((clean / "index").iterdir())
+    ]
+    assert tree_digest(store / "consumequeue") == tree_digest(clean / "consumequeue")

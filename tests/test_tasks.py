@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.pipeline.tasks import PARSE_TASK_BYTES, TASK_BYTES, packed, parse_task_bytes, shares, task_count
+from jobs.pipeline.context import Run
+from jobs.pipeline.tasks import PARSE_TASK_BYTES, TASK_BYTES, packed, parse_task_bytes, run_packed, shares, task_count
+from storelib.broker.config import BrokerConfig
 
 
 def test_the_cores_bound_a_small_store_and_the_bytes_a_big_one() -> None:
@@ -46,3 +48,13 @@ def test_a_parse_task_spreads_the_store_over_the_slots_within_bounds() -> None:
     assert parse_task_bytes(2 * gib, slots=8) == 256 << 20  # four ranges a segment, one wave
     assert parse_task_bytes(10 << 20, slots=64) == low  # a small store: no task smaller than its fixed cost
     assert parse_task_bytes(gib, slots=0) == high  # no slot known: one
+
+
+def test_results_come_back_in_the_units_order(spark) -> None:
+    """Packing regroups the units (the light last one joins the first task, before the second task's units); the
+    (unit, result) pairs keep the units' order, which the audit pairs live and rebuilt IndexFiles by."""
+    tasks = spark.sparkContext.defaultParallelism
+    units, weights = list(range(2 * tasks + 1)), [2] * 2 * tasks + [1]
+    assert packed(units, weights, tasks)[0] == [0, tasks, 2 * tasks]
+    done = run_packed(Run(spark, BrokerConfig()), "units", units, weights, lambda u: -u)
+    assert done == [(u, -u) for u in units]

@@ -43,12 +43,15 @@ def audit_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     The queues are the union of the live and the rebuilt ones; since the base run, those whose last entry is in
     the audited segments. A RocksDB ConsumeQueue (5.2+) is first laid out as files in the work directory by one
     task (storelib.formats.rocksdbcq) and those are audited; recover never writes file queues into a RocksDB store.
-    Under
-    ``storeType=default`` (rolled back) a RocksDB is not what the broker reads: its file queues are audited, and
-    ``cq-rolled-back-rocksdb`` says so.
+    Under ``storeType=default`` (rolled back) a RocksDB is not what the broker reads: its file queues are audited,
+    and ``cq-rolled-back-rocksdb`` says so. A double-write store's file queues are audited, its RocksDB one is not
+    (``double_written``).
     """
     fs, root = resolve(a.store)
     dirs = [d for d in ROCKSDB_CQ_DIRS if is_rocksdb({i.base_name for i in list_files(fs, join(root, d))})]
+    if dirs and a.cfg.rocksdbCQDoubleWriteEnable and not a.cfg.rocksdb_consume_queue:
+        rows, found = _audit_queues(a, a.store, None)
+        return rows, Found(skipped=(double_written(dirs[0], a.cfg),)) + found
     if dirs and not a.cfg.rocksdb_consume_queue:
         rows, found = _audit_queues(a, a.store, None)
         return rows, Found((rolled_back(dirs[0], a.cfg),)) + found
@@ -159,6 +162,15 @@ def rolled_back(rocksdb_dir: str, cfg: BrokerConfig) -> Finding:
             " plain queues served at dense offsets, one per record, not the RocksDB's queue offsets"
         )
     return finding("cq-rolled-back-rocksdb", rocksdb_dir, message)
+
+
+def double_written(rocksdb_dir: str, cfg: BrokerConfig) -> str:
+    """What the audit leaves out of a double-write store (rocksdbCQDoubleWriteEnable, CombineConsumeQueueStore): the
+    RocksDB ConsumeQueue written beside the file ones, which stay the broker's primary and are audited."""
+    lmq = ", and the LMQ queues it alone holds (combineCQUseRocksdbForLmq)" if cfg.combineCQUseRocksdbForLmq else ""
+    return (
+        f"the RocksDB ConsumeQueue in {rocksdb_dir}/ that rocksdbCQDoubleWriteEnable writes beside the file ones{lmq}"
+    )
 
 
 def _rocksdb_file(f: Finding) -> bool:

@@ -12,7 +12,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, spark_schema
-from storelib.broker.dispatch import LMQ_PREFIX
+from storelib.constants import LMQ_PREFIX
 from storelib.findings import Finding
 from storelib.reports.report import QueueRecord
 from udfs.fs import join, resolve

@@ -119,7 +119,7 @@ def write_index_files(
         weights = [IndexLayout.entries_bytes(sum(stop - first for _, first, stop in p.slices)) for p in plans]
         planned: list[tuple[int, IndexPlan]] = list(enumerate(plans))
         done = run_packed(run, "index files", planned, weights, lambda p: build_index_file(staging, scratch, cfg, *p))
-        built = [result for _, result in sorted(done, key=lambda d: d[0][0])]
+        built = [result for _, result in done]
     fs, root = resolve(staging)
     total = sum(n for _, n in counts)
     last = built[-1][1] if built else IndexHeader(end_phy_offset=-1)

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from jobs.pipeline.context import Run
-from storelib.broker.config import BrokerConfig, batch_cq_topics
+from storelib.broker.config import BrokerConfig, batch_cq_topics, with_store_mode
 from storelib.broker.detection import (
     CONFIG_JSON,
     RecordClues,
@@ -37,7 +37,7 @@ from storelib.formats.indexfile import IndexFileReader, IndexHeader, IndexLayout
 from storelib.formats.rocksdbcq import ROCKSDB_CQ_DIRS, is_rocksdb
 from storelib.formats.rocksdbcq import batch_cq_topics as rocksdb_batch_cq_topics
 from storelib.formats.scanner import DLEDGER_FRAMING, SegmentScanner, find_properties
-from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, INDEX, is_index_name
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, CONSUMEQUEUE, INDEX, is_index_name
 from udfs.fs import join, map_file, read_file, resolve
 
 #: the property an append gives LMQ records (whose source topics tell which releases can have written them)
@@ -70,10 +70,12 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     Store type: the config's ``storeType`` when it sets one (``default`` on a RocksDB store: rolled back to file
     ConsumeQueues, which the broker then rebuilds from the commitlog), else ``defaultRocksDB`` when a RocksDB is in
     consumequeue/ (or consumequeue_rocksdb/): every queue is then rebuilt as a ConsumeQueue, what that RocksDB
-    holds (storelib.formats.rocksdbcq). BatchCQ topics: ``queue.type=BatchCQ`` in config/topics.json, every
-    ``batchconsumequeue/<topic>``, and under defaultRocksDB the RocksDB config/topics/ (RocksDBTopicConfigManager;
-    a broker in file mode reads topics.json only: rolled back, ``rocksdbBatchCQTopics``). Rules:
-    ``--broker-version`` when given, else what the store's clues say (storelib.broker.rule_choice.select).
+    holds (storelib.formats.rocksdbcq); a RocksDB beside a file topic config is the double-write store's
+    (storelib.broker.config.with_store_mode), whose file ConsumeQueues are rebuilt. BatchCQ topics:
+    ``queue.type=BatchCQ`` in config/topics.json, every ``batchconsumequeue/<topic>``, and under defaultRocksDB the
+    RocksDB config/topics/ (RocksDBTopicConfigManager; a broker in file mode reads topics.json only: rolled back,
+    ``rocksdbBatchCQTopics``). Rules: ``--broker-version`` when given, else what the store's clues say
+    (storelib.broker.rule_choice.select).
     """
     fs, root = resolve(store)
     topics_json = join(root, "config", "topics.json")
@@ -81,13 +83,12 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     if fs.get_file_info(topics_json).type == pafs.FileType.File:
         topics |= set(batch_cq_topics(read_file(fs, topics_json).decode("utf-8", "replace")))
     topics |= {i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE)) if i.type == pafs.FileType.Directory}
-    rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
-    store_type = cfg.storeType or ("defaultRocksDB" if rocksdb else "default")
     topics_db = join(root, "config", "topics")
+    rocksdb_config = fs.get_file_info(join(topics_db, "CURRENT")).type == pafs.FileType.File
+    cfg, rocksdb = _store_mode(fs, root, cfg, rocksdb_config)
+    store_type = cfg.storeType
     rocksdb_topics: tuple[str, ...] = ()
-    if (rocksdb or store_type == "defaultRocksDB") and fs.get_file_info(
-        join(topics_db, "CURRENT")
-    ).type == pafs.FileType.File:
+    if (rocksdb or store_type == "defaultRocksDB") and rocksdb_config:
         rocksdb_topics = rocksdb_batch_cq_topics(topics_db)
         topics |= set(rocksdb_topics) if store_type == "defaultRocksDB" else set()
     dledger = cfg.enableDLegerCommitLog or any(s.framing is DLEDGER_FRAMING for s in segments)
@@ -105,6 +106,17 @@ def resolve_rules(store: str, cfg: BrokerConfig, segments: list[Segment]) -> tup
     given = first.source == "--broker-version" and first.releases is None
     version = cfg.brokerVersion if given else first.lowest_release
     return dataclasses.replace(cfg, brokerVersion=version, releaseStretches=rules.stretches), rules
+
+
+def _store_mode(fs: pafs.FileSystem, root: str, cfg: BrokerConfig, rocksdb_config: bool) -> tuple[BrokerConfig, bool]:
+    """``cfg`` with the store's ConsumeQueue mode (storelib.broker.config.with_store_mode), and whether a RocksDB
+    ConsumeQueue is in the store."""
+    rocksdb = any(is_rocksdb({i.base_name for i in _entries(fs, join(root, d))}) for d in ROCKSDB_CQ_DIRS)
+    file_config = fs.get_file_info(join(root, "config", "topics.json")).type == pafs.FileType.File
+    queue_dirs = frozenset(
+        i.base_name for i in _entries(fs, join(root, CONSUMEQUEUE)) if i.type == pafs.FileType.Directory
+    )
+    return with_store_mode(cfg, rocksdb, file_config and not rocksdb_config, queue_dirs), rocksdb
 
 
 #: how much of each segment's head ``find_stretches`` reads for its first record with properties

@@ -90,13 +90,16 @@ def run_packed(
     run: Any, label: str, units: Sequence[Unit], weights: Sequence[int], work: Callable[[Unit], Result]
 ) -> list[tuple[Unit, Result]]:
     """``work`` on every unit, the units packed into tasks (``task_count``, ``packed``), with a progress line
-    under ``label``; (unit, result) pairs."""
+    under ``label``; (unit, result) pairs in the units' order (packing regroups them; callers pair results by
+    position, e.g. the live and rebuilt IndexFiles)."""
     if not units:
         return []
     sc = run.spark.sparkContext
-    batches = packed(units, weights, task_count(len(units), sum(weights), sc.defaultParallelism))
+    numbered = list(enumerate(units))
+    batches = packed(numbered, weights, task_count(len(units), sum(weights), sc.defaultParallelism))
     with Progress(run, len(batches), sum(weights), label), _call_site(sc, f"{label} at {__file__}"):
-        return sc.parallelize(batches, len(batches)).flatMap(lambda b: [(u, work(u)) for u in b]).collect()
+        done = sc.parallelize(batches, len(batches)).flatMap(lambda b: [(i, u, work(u)) for i, u in b]).collect()
+    return [(u, result) for _, u, result in sorted(done, key=lambda d: d[0])]
 
 
 @contextlib.contextmanager

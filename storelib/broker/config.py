@@ -21,7 +21,7 @@ import javaproperties
 import numpy as np
 
 from storelib.broker.versions import DEFAULT_RELEASE, RuleSet, rules_for
-from storelib.constants import INT32_MAX
+from storelib.constants import INT32_MAX, LMQ_PREFIX
 from storelib.errors import ConfigError
 from storelib.formats.batchcq import BCQ_STORE_UNIT_SIZE
 from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE
@@ -235,6 +235,33 @@ def validate(cfg: BrokerConfig) -> None:
     cfg.rules  # noqa: B018 - raises on an unreadable or unsupported brokerVersion
     if cfg.mapperFileSizeBatchConsumeQueue <= 0 or cfg.mapperFileSizeBatchConsumeQueue % BCQ_STORE_UNIT_SIZE:
         raise ConfigError("mapperFileSizeBatchConsumeQueue must be a positive multiple of the 46-byte unit")
+
+
+def with_store_mode(
+    cfg: BrokerConfig, rocksdb_cq: bool, file_config: bool, queue_dirs: frozenset[str] = frozenset()
+) -> BrokerConfig:
+    """``cfg`` with the store's ConsumeQueue mode: broker.conf's ``storeType`` and CombineConsumeQueueStore settings,
+    else what the store shows.
+
+    ``rocksdb_cq``: a RocksDB in consumequeue/ (or consumequeue_rocksdb/); ``file_config``: the broker keeps topic
+    configs in config/topics.json (no RocksDB config/topics/, which a ``storeType=defaultRocksDB`` broker writes);
+    ``queue_dirs``: the topic directories of consumequeue/ (file queues). A RocksDB ConsumeQueue beside file
+    queues and a file config is the 5.5.0 ``rocksdbCQDoubleWriteEnable`` store (CombineConsumeQueueStore: the file
+    ConsumeQueues stay the broker's primary, the RocksDB one is written beside them); its LMQ queues are in RocksDB
+    only (``combineCQUseRocksdbForLmq``: MultiDispatchUtils.checkMultiDispatchQueue) when no ``%LMQ%`` directory
+    is a file queue. Any other RocksDB ConsumeQueue is ``defaultRocksDB``'s, unless broker.conf says ``storeType``.
+    """
+    told = rocksdb_cq and file_config and bool(queue_dirs) and cfg.storeType != "defaultRocksDB"
+    if not (cfg.rocksdbCQDoubleWriteEnable or told):
+        return dataclasses.replace(cfg, storeType=cfg.storeType or ("defaultRocksDB" if rocksdb_cq else "default"))
+    lmq_files = any(d.startswith(LMQ_PREFIX) for d in queue_dirs)
+    lmq_in_rocksdb = cfg.combineCQUseRocksdbForLmq if cfg.rocksdbCQDoubleWriteEnable else not lmq_files
+    return dataclasses.replace(
+        cfg,
+        storeType=cfg.storeType or "default",
+        rocksdbCQDoubleWriteEnable=True,
+        combineCQUseRocksdbForLmq=lmq_in_rocksdb,
+    )
 
 
 def batch_cq_topics(topics_json: str) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from storelib.constants import (
     INT32_MAX,
     INT32_MIN,
     KEY_SEPARATOR,
+    LMQ_PREFIX,
     PROPERTY_CRC32,
     PROPERTY_DELAY,
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -53,7 +54,6 @@ from storelib.formats.scanner import RecordBatch, find_properties
 _JAVA_INT = re.compile(r"[+-]?\d+\Z")  # Integer.parseInt: a sign, then decimal digits of any script
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
-LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX
 TAG_KEY_INFIX = "T#"  # MessageConst.INDEX_TAG_TYPE "T", then the key separator
 
 

@@ -65,6 +65,7 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "crc": ({"enabledAppendPropCRC": "true"}, ("5.5.0", "5.3.3")),
     "rocksdb": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
     "rocksdb-stale-topics": ({"storeType": "defaultRocksDB"}, ("5.5.0",)),
+    "doublewrite-lmq": ({"rocksdbCQDoubleWriteEnable": "true", "combineCQUseRocksdbForLmq": "true"}, ("5.5.0",)),
     "kill9": ({}, CORE_VERSIONS),
     "upgraded": ({}, ("5.5.0", "5.3.3")),
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
