@@ -76,7 +76,7 @@ class Kind:
     kept: bool = False  # (record damage) the record still frames and is dispatched
     recovery: str = ""  # how the broker's recovery treats such a record (STOPS, BODY_CRC, PROPERTY_CRC)
     index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
-    at_start: str = ""  # (timers, delay levels) what the broker does with it when it starts
+    at_start: str = ""  # (timers, delay levels, damaged records) what the broker does with it when it starts
 
     @property
     def blocks_recover(self) -> bool:
@@ -238,6 +238,15 @@ KINDS: dict[str, Kind] = {
         "a record whose fields do not add up to its TOTALSIZE (skipped by its length)",
         record_damage=True,
         recovery=STOPS,
+    ),
+    "damaged-records": Kind(
+        _LOG,
+        "error",
+        "bytes where records do not frame, between sound records found on both sides; their messages are not indexed",
+        record_damage=True,
+        recovery=STOPS,
+        at_start="recovery, when it walks them, stops at them and truncates the log; outside its walk the broker "
+        "serves the queue units that point into them",
     ),
     "bad-delay-level": Kind(
         _LOG,

@@ -40,9 +40,17 @@ from storelib.broker.timers import timer_records
 from storelib.broker.versions import RuleInputs
 from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
-from storelib.formats.commitlog import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
+from storelib.formats.commitlog import (
+    COMMITLOG_FRAMING,
+    END_RANGE,
+    END_UNREADABLE,
+    RecordBatch,
+    SegmentScanner,
+    find_record_start,
+)
 from storelib.formats.consumequeue import encode_units
 from storelib.formats.dledger import entry_damage
+from storelib.formats.resync import Resync
 from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 from udfs.timers import write_records
@@ -308,9 +316,26 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
         stream.seek(start)
     stop = piece.hi if piece.number < piece.count - 1 else None
     check = cfg.checkCRCOnRecover
+    resync = Resync() if seg.framing is COMMITLOG_FRAMING else None  # past damage (DLedger entries: not yet)
+    framing = seg.framing
     return SegmentScanner(
-        stream, seg.name, seg.start, seg.size, check, PARSE_CHUNK, framing=seg.framing, start=start, stop=stop
+        stream,
+        seg.name,
+        seg.start,
+        seg.size,
+        check,
+        PARSE_CHUNK,
+        framing=framing,
+        start=start,
+        stop=stop,
+        resync=resync,
     )
+
+
+def _damaged(scanner: SegmentScanner) -> list[int]:
+    """Commitlog offsets of the damaged records and holes the scanner found so far."""
+    holes = scanner.resync.holes if isinstance(scanner.resync, Resync) else []
+    return [x.offset for x in scanner.damage] + [h.start for h in holes]
 
 
 def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Iterator[pa.RecordBatch]:
@@ -347,7 +372,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
                         if b.entries is not None:
                             u.write(b.entries.tobytes())
                             tally.add_entries(b)
-                        tally.add(b, d, [x.offset for x in scanner.damage], c, stretch)
+                        tally.add(b, d, _damaged(scanner), c, stretch)
             if scanner is not None:
                 end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
         except OSError as exc:  # unreadable: reported as this segment's end, never a crashed job
@@ -368,6 +393,8 @@ def _piece_summary(
     piece: Piece, scanner: SegmentScanner | None, tally: _Tally, end: tuple[str, int, str]
 ) -> PieceSummary:
     found = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
+    if scanner is not None and isinstance(scanner.resync, Resync):
+        found += [Damage.of_hole(h) for h in scanner.resync.holes]
     damage = [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in found]
     damage += [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in tally.damage]
     messages = scanner.messages if scanner else 0

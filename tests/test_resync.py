@@ -1,0 +1,147 @@
+"""Scanning past damage (storelib.formats.resync): hand-made damage in built segments, and a hypothesis round trip
+in which every record wholly outside random damage is still found at its offset."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storelib.formats.commitlog import DAMAGE_LENGTH, END_BAD_MAGIC, END_BLANK, END_ZERO_TAIL, Message
+from storelib.formats.resync import Resync
+from tests.builders import Scan, encode_segment, msg, scan
+
+SIZE = 16 * 1024
+BASE = 3 * SIZE  # a segment that is not the log's first: PHYSICALOFFSET = BASE + file position
+
+
+def _messages(n: int, body: int = 40) -> list[Message]:
+    """``n`` messages of three queues, stored one millisecond apart, each with a UNIQ_KEY and KEYS."""
+    return [
+        msg(
+            f"Topic{i % 2}",
+            {"UNIQ_KEY": f"UK{i:04d}", "KEYS": f"k{i}", "TAGS": "t"},
+            body=bytes([i % 251]) * (body + i % 7),
+            queue_id=i % 3,
+            queue_offset=i // 3,
+            store_timestamp=1_700_000_000_000 + i,
+        )
+        for i in range(n)
+    ]
+
+
+def _segment(n: int = 60) -> tuple[bytearray, list[int], list[int]]:
+    """A segment of ``n`` records ending in a BLANK; its bytes, each record's file position and size."""
+    data, offsets = encode_segment(_messages(n), base=BASE, size=SIZE, blank=True)
+    starts = [o - BASE for o in offsets]
+    ends = [*starts[1:], len(data.rstrip(b"\0")) - 8]  # the last record ends where the BLANK starts
+    return bytearray(data), starts, [e - s for s, e in zip(starts, ends)]
+
+
+def _scan(data: bytes | bytearray) -> tuple[Scan, Resync]:
+    resync = Resync()
+    return scan(bytes(data), base=BASE, resync=resync), resync
+
+
+def test_a_flipped_magic_costs_that_record_only() -> None:
+    data, starts, _ = _segment()
+    data[starts[10] + 4] ^= 0xFF
+    s, resync = _scan(data)
+    assert s.end.reason == END_BLANK
+    assert s.offsets() == [BASE + p for k, p in enumerate(starts) if k != 10]
+    (hole,) = resync.holes
+    assert (hole.start, hole.end, hole.reason) == (BASE + starts[10], BASE + starts[11], END_BAD_MAGIC)
+    (lost,) = hole.messages  # its header is still readable apart from the magic
+    assert (lost.topic, lost.queue_id, lost.queue_offset, lost.uniq_key, lost.keys) == ("Topic0", 1, 3, "UK0010", "k10")
+    assert lost.store_timestamp == 1_700_000_000_010
+
+
+def test_without_resync_the_walk_still_stops_there() -> None:
+    data, starts, _ = _segment()
+    data[starts[10] + 4] ^= 0xFF
+    s = scan(bytes(data), base=BASE)
+    assert (s.end.reason, s.end.offset, len(s.offsets())) == (END_BAD_MAGIC, BASE + starts[10], 10)
+
+
+def test_a_zeroed_sector_across_records() -> None:
+    data, starts, _ = _segment()
+    lo, hi = starts[20] + 30, starts[20] + 30 + 1024
+    data[lo:hi] = bytes(hi - lo)
+    s, resync = _scan(data)
+    whole = [BASE + p for p, size in zip(starts, _segment()[2]) if p + size <= lo or p >= hi]
+    assert s.offsets() == whole and s.end.reason == END_BLANK
+    (hole,) = resync.holes
+    first_after = next(p for p in starts if p >= hi)
+    assert (hole.start, hole.end) == (BASE + starts[20], BASE + first_after)
+    first = hole.messages[0]  # where the walk got to: its header up to PHYSICALOFFSET kept, then zeros
+    assert (first.commitlog_offset, first.queue_id, first.queue_offset, first.uniq_key) == (BASE + starts[20], 2, 6, None)
+
+
+def test_an_inflated_totalsize_is_searched_from_its_record() -> None:
+    """A TOTALSIZE made larger walks the scan into the middle of a later record: the search starts right after the
+    damaged record instead, so the records it jumped over are found; its length mismatch is the hole's."""
+    data, starts, sizes = _segment()
+    struct.pack_into(">i", data, starts[5], sizes[5] + 100)
+    s, resync = _scan(data)
+    assert s.offsets() == [BASE + p for k, p in enumerate(starts) if k != 5]
+    assert [d for d in s.damage if d[1] == DAMAGE_LENGTH] == []
+    assert [(h.start, h.end) for h in resync.holes] == [(BASE + starts[5], BASE + starts[6])]
+
+
+def test_records_older_than_the_damage_are_not_taken_as_sound() -> None:
+    """What a truncation leaves behind (older records past the new end) is not resynced to: the walk ends."""
+    later = [dataclasses.replace(m, store_timestamp=m.store_timestamp + 1000) for m in _messages(10)]
+    new, _ = encode_segment(later, base=BASE)
+    data, starts, _ = _segment()
+    data[: len(new)] = new  # written after a truncation at the segment's start: older records after them
+    data[len(new) : len(new) + 16] = b"\x11" * 16  # the end of a half-overwritten record
+    s, resync = _scan(data)
+    assert len(s.offsets()) == 10 and resync.holes == [] and s.end.reason == END_BAD_MAGIC
+
+
+def test_damage_then_zeros_ends_as_before() -> None:
+    data, starts, _ = _segment(30)
+    data[starts[29] :] = bytes(len(data) - starts[29])
+    data[starts[28] + 4] ^= 1
+    s, resync = _scan(data)
+    assert (s.end.reason, s.end.offset) == (END_BAD_MAGIC, BASE + starts[28]) and resync.holes == []
+
+
+def test_a_hole_in_a_range_scan_ends_where_the_next_range_starts() -> None:
+    data, starts, _ = _segment()
+    data[starts[10] : starts[10] + 8] = bytes(8)  # TOTALSIZE and magic zeroed
+    s, _ = _scan(data)
+    assert s.end.reason == END_BLANK
+    stop = starts[30]
+    r = scan(bytes(data), base=BASE, resync=Resync(), stop=stop)
+    assert r.offsets() == [BASE + p for k, p in enumerate(starts[:30]) if k != 10]
+    assert r.end.offset == BASE + stop
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.integers(0, SIZE - 1), st.integers(1, 600), st.booleans(), st.integers(1, 255)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_every_record_outside_the_damage_is_found(damage: list[tuple[int, int, bool, int]]) -> None:
+    """Random ranges zeroed or XORed with a byte: every record wholly outside them is found at its offset, and
+    nothing is found where no record was written."""
+    data, starts, sizes = _segment()
+    hit = []
+    for at, length, zero, byte in damage:
+        end = min(SIZE, at + length)
+        data[at:end] = bytes(end - at) if zero else bytes(b ^ byte for b in data[at:end])
+        hit.append((at, end))
+    s, resync = _scan(data)
+    found = set(s.offsets())
+    sound = {BASE + p for p, n in zip(starts, sizes) if all(p + n <= lo or p >= hi for lo, hi in hit)}
+    assert sound <= found
+    assert found <= {BASE + p for p in starts}
+    for h in resync.holes:
+        assert not any(h.start <= o < h.end for o in sound)
+    assert s.end.reason in (END_BLANK, END_ZERO_TAIL) or any(hi > starts[-1] + sizes[-1] for _, hi in hit)
