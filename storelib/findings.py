@@ -130,6 +130,11 @@ KINDS: dict[str, Kind] = {
         "a ConsumeQueue file after the queue's last file; an empty last file breaks correctMinOffset at start",
         True,
     ),
+    "cq-damaged-entries": Kind(
+        _CQ,
+        "error",
+        "live units of messages whose records are damaged (damaged-records): lost; the rebuilt queue has no unit there",
+    ),
     "cq-expired-head": Kind(_CQ, "info", "entries below the commitlog's min offset: expected after retention"),
     "cq-wrong-pre-blank": Kind(_CQ, "error", "the pre-blank units before a queue's first entry are wrong", True),
     "cq-no-messages": Kind(_CQ, "warning", "a live queue directory whose queue has no message in the commitlog", True),

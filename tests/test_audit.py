@@ -509,3 +509,33 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     parses.clear()
     assert audit(Run(spark, cfg), str(store), str(rebuilt), str(tmp_path / "r2")).exit_code == 0
     assert parses == ["dispatch"]  # the scan of the audited segments
+
+
+def test_a_zeroed_sector_in_a_middle_segment_costs_its_messages_only(spark, tmp_path) -> None:
+    """4 KiB zeroed at file offset 12,288 of clean/'s segment 393216 (clean shutdown): the audit names the damaged
+    byte range, the rebuild indexes the segment's records on both sides of it (no segment is left out), the live
+    units of the 16 messages there are cq-damaged-entries (not wrong ones), and recover leaves those queues alone."""
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.context import Run
+
+    store = copy_store(CLEAN, tmp_path / "store")
+    seg = store / "commitlog" / "00000000000000393216"
+    data = bytearray(seg.read_bytes())
+    data[12288 : 12288 + 4096] = bytes(4096)
+    seg.write_bytes(bytes(data))
+    result = audit(Run(spark, CFG), str(store), None, str(tmp_path / "report"))
+    kinds = {f.kind for f in result.findings}
+    assert "segments-skipped" not in kinds and not any(k.startswith("segment-") for k in kinds)
+    (hole,) = [f for f in result.findings if f.kind == "damaged-records"]
+    # the record at 12,324 is the first whose header the zeros hit; the next sound record starts at 16,409
+    assert (hole.file, hole.commitlog_offset, hole.count) == (f"commitlog/{seg.name}", 393216 + 12324, 16409 - 12324)
+    damaged = {
+        (f.topic, f.queue_id, f.queue_offset, f.count) for f in result.findings if f.kind == "cq-damaged-entries"
+    }
+    gaps = {(f.topic, f.queue_id, f.queue_offset, f.count) for f in result.findings if f.kind == "queue-offset-gap"}
+    assert damaged == gaps and sum(n for *_, n in damaged) == 16
+    wrong = [(f.topic, f.queue_offset) for f in result.findings if f.kind == "cq-wrong-entries"]
+    assert wrong == [("OrderCreated", 188)]  # the record the zeros end inside of: its properties (TAGS) zeroed
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    stopping = {(k.split("/")[1], int(k.split("/")[2])) for k in report["plan"]["stopping"]}
+    assert stopping == {(t, q) for t, q, _, _ in damaged}  # recover would not hide the sound units after them

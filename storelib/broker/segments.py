@@ -434,6 +434,16 @@ def hole_finding(seg: Segment, d: Damage) -> Finding:
     )
 
 
+def damaged_ranges(summaries: Iterable[SegmentSummary]) -> tuple[tuple[int, int], ...]:
+    """The commitlog ranges [start, end) of the damaged-records holes of the segments."""
+    return tuple(
+        (d.commitlog_offset, d.end_offset)
+        for s in summaries
+        for d in s.damage
+        if d.kind == DAMAGED_RECORDS and d.end_offset is not None
+    )
+
+
 def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
     """One finding per damaged record: a CRC mismatch (or a DLedger entry header out of line) is kept, it frames
     correctly; the others are not; one per damaged byte range (hole_finding). Then the DLedger entries that do not

@@ -220,7 +220,8 @@ class Resync:
             start = last_taken
         listed: list[DamagedMessage] = []
         unlisted = 0
-        if buf_pos <= start and start + _PHYS <= buf_pos + len(buf):  # where the walk got to: a record's start
+        at_start = buf[start - buf_pos + 8 : start - buf_pos + _PHYS] if buf_pos <= start else buf[:0]
+        if len(at_start) == _PHYS - 8 and at_start.any():  # where the walk got to: a record's start, not zeroed
             listed.append(read_what_is_left(buf[start - buf_pos :], 0, sc.base + start))
         q = start + 1
         size = sc.file_size
