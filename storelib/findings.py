@@ -77,6 +77,7 @@ class Kind:
     recovery: str = ""  # how the broker's recovery treats such a record (STOPS, BODY_CRC, PROPERTY_CRC)
     index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
     at_start: str = ""  # (timers, delay levels, damaged records) what the broker does with it when it starts
+    truncation: bool = False  # the broker's recovery truncates the log there (report.json's verdict.truncate)
 
     @property
     def blocks_recover(self) -> bool:
@@ -179,9 +180,18 @@ KINDS: dict[str, Kind] = {
     "recovery-would-truncate": Kind(
         _LOG,
         "error",
-        "the broker's recovery would stop at a damaged record and truncate every sound record after it",
+        "the broker's recovery would stop at a damaged record and truncate every sound record after it; recover's "
+        "new checkpoint moves its start past the damage",
         True,
         by_checkpoint=True,
+        truncation=True,
+    ),
+    "recovery-would-truncate-after-recover": Kind(
+        _LOG,
+        "error",
+        "the broker's recovery would stop at a damaged record and truncate every sound record after it, after "
+        "recover too: from where recover's new checkpoint starts it, its walk still reaches the damage",
+        truncation=True,
     ),
     "checkpoint-ahead": Kind(
         _CHECKPOINT, "error", "the checkpoint vouches for data the store does not hold", by_checkpoint=True
