@@ -42,6 +42,7 @@ from storelib.constants import CQ_STORE_UNIT_SIZE, DLEDGER_ENTRY_HEADER, PROPERT
 from storelib.formats import batchcq
 from storelib.formats.commitlog import (
     COMMITLOG_FRAMING,
+    DAMAGE_CRC,
     END_RANGE,
     END_UNREADABLE,
     RecordBatch,
@@ -50,7 +51,7 @@ from storelib.formats.commitlog import (
 )
 from storelib.formats.consumequeue import encode_units
 from storelib.formats.dledger import entry_damage
-from storelib.formats.resync import Resync
+from storelib.formats.resync import DamagedMessage, Resync
 from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA
 from udfs.timers import write_records
@@ -260,6 +261,7 @@ class _Tally:
         self.inputs = RuleInputs()
         self.stretch_inputs: dict[int, RuleInputs] = {}  # by stretch (BrokerConfig.releaseStretches), when several
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
+        self.crc_failed: dict[int, DamagedMessage] = {}  # records failing their BODYCRC by commitlog offset
 
     def add_entries(self, b: RecordBatch) -> None:
         """Take a batch's DLedger entry headers: damage where recovery would stop (``storelib.formats.dledger``)."""
@@ -291,9 +293,29 @@ class _Tally:
             offset = int(b.physical_offset[i])
             self.damage.append(Damage("bad-delay-level", offset, f"DELAY={value!r} is not an integer"))
         for i, detail in d.bad_crc_property:
-            self.damage.append(Damage("crc-property-mismatch", int(b.physical_offset[i]), detail))
+            self.damage.append(
+                Damage("crc-property-mismatch", int(b.physical_offset[i]), detail, messages=(named(b, d, i),))
+            )
+        for i in np.flatnonzero(~b.crc_ok).tolist():
+            self.crc_failed[int(b.physical_offset[i])] = named(b, d, i)
         for offset in damaged + [x.commitlog_offset for x in self.damage]:
             self.after[offset] = self.after.get(offset, 0) + int((b.physical_offset >= offset).sum())
+
+
+def named(b: RecordBatch, d: Dispatch, i: int) -> DamagedMessage:
+    """The record ``i`` of a batch as a damaged record's finding names it (it frames: every field is read)."""
+    uniq_start, uniq_len = d.values[PROPERTY_UNIQ_KEY]
+    keys_start, keys_len = d.values[PROPERTY_KEYS]
+    uniq, keys = b.text(uniq_start[i : i + 1], uniq_len[i : i + 1]) + b.text(keys_start[i : i + 1], keys_len[i : i + 1])
+    return DamagedMessage(
+        int(b.physical_offset[i]),
+        int(b.queue_id[i]),
+        int(b.queue_offset[i]),
+        int(b.store_timestamp[i]),
+        b.topic_names[int(b.topic_code[i])],
+        uniq,
+        keys,
+    )
 
 
 _DISPATCHED = {"tags_code", "index_key_hash"}  # fingerprinted columns of the Dispatch, the others the RecordBatch's
@@ -392,7 +414,10 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
 def _piece_summary(
     piece: Piece, scanner: SegmentScanner | None, tally: _Tally, end: tuple[str, int, str]
 ) -> PieceSummary:
-    found = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
+    found = []
+    for x in scanner.damage if scanner else []:
+        message = tally.crc_failed.get(x.offset) if x.kind == DAMAGE_CRC else None
+        found.append(Damage(x.kind, x.offset, x.detail, messages=(message,) if message else ()))
     if scanner is not None and isinstance(scanner.resync, Resync):
         found += [Damage.of_hole(h) for h in scanner.resync.holes]
     damage = [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in found]

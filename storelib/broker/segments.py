@@ -456,11 +456,12 @@ def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSumm
                 continue
             kept = KINDS[d.kind].kept
             what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
+            m = d.messages[0] if d.messages else None
             out.append(
                 finding(
                     d.kind,
                     seg.rel,
-                    f"{d.detail} ({what})",
+                    f"{d.detail} ({what}){': the message ' + m.describe() if m else ''}",
                     commitlog_offset=d.commitlog_offset,
                     file_offset=d.commitlog_offset - seg.start,
                 )
