@@ -64,6 +64,7 @@ MAX_RECORD = FIND_WINDOW
 #: messages of one hole listed by what is left of them; the others are counted
 MAX_LISTED = 1000
 _MAGICS = [struct.pack(">i", m) for m in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE)]
+_FIRST_BYTES = np.array(sorted({m[0] for m in _MAGICS}), dtype=np.uint8)
 _PHYS = 28  # PHYSICALOFFSET's position in a record
 _HEAD = 36  # bytes up to PHYSICALOFFSET's end
 
@@ -125,15 +126,19 @@ def _older(a: np.ndarray, q: int, last_store_timestamp: int) -> bool:
 
 
 def candidates(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Positions ``q`` in [lo, hi) of ``a`` whose bytes q+4 .. q+8 are a message or BLANK magic (hi <= len(a) - 8)."""
+    """Positions ``q`` in [lo, hi) of ``a`` whose bytes q+4 .. q+8 are a message or BLANK magic (hi <= len(a) - 8).
+
+    The first magic byte is compared over the window, the other three only where it matched (zeros: none)."""
     n = max(0, hi - lo)
-    hit = np.zeros(n, dtype=bool)
+    first = a[lo + 4 : lo + 4 + n]
+    hit = np.flatnonzero(np.isin(first, _FIRST_BYTES))
+    out = []
     for magic in _MAGICS:
-        m = a[lo + 4 : lo + 4 + n] == magic[0]
+        q = hit[first[hit] == magic[0]]
         for k in range(1, 4):
-            m &= a[lo + 4 + k : lo + 4 + k + n] == magic[k]
-        hit |= m
-    return lo + np.flatnonzero(hit)
+            q = q[a[lo + 4 + k + q] == magic[k]]
+        out.append(q)
+    return lo + np.sort(np.concatenate(out))
 
 
 def read_what_is_left(a: np.ndarray, q: int, offset: int) -> DamagedMessage:
