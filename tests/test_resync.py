@@ -205,3 +205,78 @@ def test_a_flipped_body_byte_in_a_real_5_5_store_is_named_and_the_rest_rebuilt_a
         (victim["topic"], victim["queue_id"], victim["queue_offset"], uniq)
     ]
     assert not [q for q in lines if q["kind"] == "queue" and q.get("error")]
+
+
+@pytest.mark.broker
+def test_a_zeroed_sector_in_a_real_5_5_store_costs_its_messages_and_the_rest_is_rebuilt(spark, tmp_path: Path) -> None:
+    """A copy of the real 5.5.0 broker's store (clean shutdown), 4 KiB zeroed at file offset 12,288 of segment 5: the
+    audit names one damaged range (339,604 to 344,522: the record the zeros start inside, up to the next sound one)
+    and the live units of its 8 messages in 7 queues; no segment is left out. The rebuild of the copy is the broker's
+    queue files byte for byte, but for those 8 units (none: zeros). The real broker started on the copy serves every
+    other queue as it serves the undamaged store; in those 7, every message before the first damaged one, the hole's
+    first record decoded from what the zeros left (no topic, no UNIQ_KEY) and no other damaged one; the pulls that
+    reach a damaged unit lose the sound messages after it in their result (96 here, with Served.java's pulls of 32)."""
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.context import Run
+    from jobs.pipeline.rebuild_flow import rebuild
+    from storelib.broker.config import load_broker_config
+    from tests.broker.fixtures import harness_store
+    from tests.broker.harness import served
+    from tests.reference import store_files
+
+    built = harness_store("5.5.0", "default")
+    copy = tmp_path / "broker" / "store"
+    shutil.copytree(built / "store", copy, ignore=shutil.ignore_patterns("lock"))
+    shutil.copyfile(built / "broker.conf", copy.parent / "broker.conf")
+    cfg = load_broker_config(built / "broker.conf")
+    seg = copy / "commitlog" / f"{5 * cfg.mappedFileSizeCommitLog:020d}"
+    data = bytearray(seg.read_bytes())
+    data[12288 : 12288 + 4096] = bytes(4096)
+    seg.write_bytes(bytes(data))
+
+    result = audit(Run(spark, cfg), str(copy), None, str(tmp_path / "report"))
+    kinds = {f.kind for f in result.findings}
+    assert "segments-skipped" not in kinds and not any(k.startswith("segment-") for k in kinds)
+    (hole,) = [f for f in result.findings if f.kind == "damaged-records"]
+    assert (hole.commitlog_offset, hole.count) == (339_604, 344_522 - 339_604)
+    assert (hole.topic, hole.queue_id, hole.queue_offset) == (None, 1, 36)  # its topic is in the zeros
+    units = {
+        (f.topic, f.queue_id): (f.queue_offset, f.count) for f in result.findings if f.kind == "cq-damaged-entries"
+    }
+    assert sum(n for _, n in units.values()) == 8 and len(units) == 7
+    assert units[("TopicPayments", 1)] == (36, 2)  # the hole's first record, read from what the zeros left
+
+    rebuild(Run(spark, cfg), str(copy), str(tmp_path / "rebuilt"), on_error="skip-segment")
+    want = store_files(built / "store", "consumequeue", "batchconsumequeue")
+    got = store_files(tmp_path / "rebuilt", "consumequeue", "batchconsumequeue")
+    assert sorted(got) == sorted(want)
+    differ = {path for path in want if got[path] != want[path]}
+    assert {tuple(p.split("/")[1:3]) for p in differ} == {(t, str(q)) for t, q in units}
+    for path in differ:
+        topic, queue_id = path.split("/")[1], int(path.split("/")[2])
+        first, count = units[topic, queue_id]
+        a, b = bytearray(want[path]), got[path]
+        a[first * 20 : (first + count) * 20] = bytes(count * 20)  # the damaged messages' units: none in the rebuild
+        assert bytes(a) == b, path
+
+    def messages(lines: list[dict]) -> dict[tuple[str, int], list[tuple[int, int]]]:
+        out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for m in lines:
+            if m["kind"] == "message":
+                out.setdefault((m["topic"], m["queueId"]), []).append((m["queueOffset"], m["commitLogOffset"]))
+        return out
+
+    after_lines = served("5.5.0", copy)
+    before, after = messages(served("5.5.0", built / "store")), messages(after_lines)
+    assert {k: v for k, v in after.items() if k not in units} == {k: v for k, v in before.items() if k not in units}
+    lost, handed_out = 0, []
+    for queue, (first, count) in units.items():
+        assert set(after[queue]) < set(before[queue])
+        assert [m for m in before[queue] if m[0] < first] == [m for m in after[queue] if m[0] < first]
+        handed_out += [m for m in after[queue] if first <= m[0] < first + count]
+        lost += len({m for m in before[queue] if not first <= m[0] < first + count} - set(after[queue]))
+    assert lost == 96
+    # the hole's first record, its header before the zeros: served as a message of topic "" without its UNIQ_KEY
+    assert handed_out == [(36, 339_604)]
+    (line,) = [m for m in after_lines if m["kind"] == "message" and m["commitLogOffset"] == 339_604]
+    assert (line["msgTopic"], line["keys"]) == ("", None) and line["msgId"] == line["offsetMsgId"]

@@ -412,8 +412,8 @@ def _entry_findings(q: _Queue, m: dict[str, np.ndarray]) -> list[Finding]:
         "cq-damaged-entries",
         m["damaged"],
         "{count} units from queue offset {first} point into damaged records (damaged-records): those messages are "
-        "lost; the rebuilt queue has no unit for them, and a pull of this queue stops at the first of them, so the "
-        "sound messages after them in this queue are not delivered from it",
+        "lost, and the broker serves the damaged bytes: a pull whose result holds one decodes only the messages "
+        "before it, losing the sound ones after it in that result; the rebuilt queue has no unit for them",
     )
     out += q.first_count(
         "cq-schedule-tagscode-quirk",

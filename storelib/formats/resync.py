@@ -85,7 +85,7 @@ class DamagedMessage:
         """``TopicA/3 queue offset 17 UNIQ_KEY … KEYS … stored at …`` with whatever is known."""
         parts = [f"at {self.commitlog_offset}"]
         if self.topic is not None or self.queue_id is not None:
-            parts.append(f"{self.topic if self.topic is not None else '?'}/{self.queue_id}")
+            parts.append(f"{self.topic or '?'}/{self.queue_id if self.queue_id is not None else '?'}")
         for name, value in (
             ("queue offset", self.queue_offset),
             ("UNIQ_KEY", self.uniq_key),
@@ -175,7 +175,7 @@ def _variable_part(a: np.ndarray, q: int, p: int, end: int) -> tuple[str | None,
     p += width
     if topic_len < 0 or p + topic_len + 2 > end:
         return None, None
-    topic = a[p : p + topic_len].tobytes().decode("utf-8", "replace")
+    topic = a[p : p + topic_len].tobytes().decode("utf-8", "replace") or None  # no topic is empty: zeros
     p += topic_len
     props_len = int.from_bytes(a[p : p + 2].tobytes(), "big", signed=True)
     p += 2
