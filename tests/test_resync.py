@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import struct
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,33 @@ def test_a_zeroed_sector_in_a_real_5_5_store_costs_its_messages_and_the_rest_is_
     assert handed_out == [(36, 339_604)]
     (line,) = [m for m in after_lines if m["kind"] == "message" and m["commitLogOffset"] == 339_604]
     assert (line["msgTopic"], line["keys"]) == ("", None) and line["msgId"] == line["offsetMsgId"]
+
+
+def test_the_search_past_damage_keeps_memory_near_the_chunk_size(tmp_path: Path) -> None:
+    """A 256 MiB segment (sparse): records, 4 KiB of garbage, more records, then zeros to its end. The search crosses
+    the garbage and then reads the whole zero tail (no record could start there unseen) within the chunk size: peak
+    memory does not follow the segment size."""
+    from tests.test_commitlog import RecordingStream
+
+    size, chunk = 256 << 20, 1 << 20
+    records, offsets = encode_segment(_messages(400), base=BASE)
+    hole_at = offsets[200] - BASE + 10  # inside record 200: it and 201.. up to the first after the garbage are lost
+    head = bytearray(records)
+    head[hole_at : hole_at + 4096] = b"\x11" * 4096
+    path = tmp_path / "segment"
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(size)
+    with path.open("rb", buffering=0) as f:
+        stream = RecordingStream(f)
+        resync = Resync()
+        tracemalloc.start()
+        s = scan(stream, base=BASE, file_size=size, chunk_size=chunk, batch_records=64, resync=resync)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    after = next(o - BASE for o in offsets if o - BASE >= hole_at + 4096)
+    assert [(h.start, h.end) for h in resync.holes] == [(offsets[200], BASE + after)]
+    assert s.offsets() == [o for o in offsets if o - BASE < offsets[200] - BASE or o - BASE >= after]
+    assert (s.end.reason, s.end.offset) == (END_ZERO_TAIL, BASE + len(records))
+    assert stream.delivered == size  # the zero tail is read to its end
+    assert peak < 4 * len(records) + 8 * chunk, peak  # a few chunks (buffer, its refill, the magic masks)
