@@ -79,7 +79,8 @@ class Kind:
     kept: bool = False  # (record damage) the record still frames and is dispatched
     recovery: str = ""  # how the broker's recovery treats such a record (STOPS, BODY_CRC, PROPERTY_CRC)
     index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
-    at_start: str = ""  # (timers, delay levels) what the broker does with it when it starts
+    at_start: str = ""  # (timers, delay levels, damaged records) what the broker does with it when it starts
+    truncation: bool = False  # the broker's recovery truncates the log there (report.json's verdict.truncate)
 
     @property
     def blocks_recover(self) -> bool:
@@ -136,6 +137,11 @@ KINDS: dict[str, Kind] = {
         "a ConsumeQueue file after the queue's last file; an empty last file breaks correctMinOffset at start",
         True,
     ),
+    "cq-damaged-entries": Kind(
+        _CQ,
+        "error",
+        "live units of messages whose records are damaged (damaged-records): lost; the rebuilt queue has no unit there",
+    ),
     "cq-expired-head": Kind(_CQ, "info", "entries below the commitlog's min offset: expected after retention"),
     "cq-wrong-pre-blank": Kind(_CQ, "error", "the pre-blank units before a queue's first entry are wrong", True),
     "cq-no-messages": Kind(_CQ, "warning", "a live queue directory whose queue has no message in the commitlog", True),
@@ -180,9 +186,18 @@ KINDS: dict[str, Kind] = {
     "recovery-would-truncate": Kind(
         _LOG,
         "error",
-        "the broker's recovery would stop at a damaged record and truncate every sound record after it",
+        "the broker's recovery would stop at a damaged record and truncate every sound record after it; recover's "
+        "new checkpoint moves its start past the damage",
         True,
         by_checkpoint=True,
+        truncation=True,
+    ),
+    "recovery-would-truncate-after-recover": Kind(
+        _LOG,
+        "error",
+        "the broker's recovery would stop at a damaged record and truncate every sound record after it, after "
+        "recover too: from where recover's new checkpoint starts it, its walk still reaches the damage",
+        truncation=True,
     ),
     "checkpoint-ahead": Kind(
         _CHECKPOINT, "error", "the checkpoint vouches for data the store does not hold", by_checkpoint=True
@@ -244,6 +259,15 @@ KINDS: dict[str, Kind] = {
         "a record whose fields do not add up to its TOTALSIZE (skipped by its length)",
         record_damage=True,
         recovery=STOPS,
+    ),
+    "damaged-records": Kind(
+        _LOG,
+        "error",
+        "bytes where records do not frame, between sound records found on both sides; their messages are not indexed",
+        record_damage=True,
+        recovery=STOPS,
+        at_start="recovery, when it walks them, stops at them and truncates the log; outside its walk the broker "
+        "serves the queue units that point into them",
     ),
     "bad-delay-level": Kind(
         _LOG,

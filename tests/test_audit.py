@@ -15,7 +15,7 @@ from storelib.audit.log_recovery import check_commitlog
 from storelib.audit.queues import classify_queue
 from storelib.broker.config import load_broker_config
 from storelib.broker.restart import SegmentFacts, recovery_start
-from storelib.findings import finding, is_divergence
+from storelib.findings import KINDS, finding, is_divergence
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
 from storelib.formats.checkpoint import Checkpoint
 from storelib.formats.consumequeue import CONSUME_QUEUE, QueueFormat, encode_units
@@ -510,3 +510,80 @@ def test_an_audit_parses_the_commitlog_once(spark, tmp_path: Path, monkeypatch: 
     parses.clear()
     assert audit(Run(spark, cfg), str(store), str(rebuilt), str(tmp_path / "r2")).exit_code == 0
     assert parses == ["dispatch"]  # the scan of the audited segments
+
+
+def test_a_zeroed_sector_in_a_middle_segment_costs_its_messages_only(spark, tmp_path) -> None:
+    """4 KiB zeroed at file offset 12,288 of clean/'s segment 393216 (clean shutdown): the audit names the damaged
+    byte range, the rebuild indexes the segment's records on both sides of it (no segment is left out), the live
+    units of the 16 messages there are cq-damaged-entries (not wrong ones), and recover leaves those queues alone."""
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.context import Run
+
+    store = copy_store(CLEAN, tmp_path / "store")
+    seg = store / "commitlog" / "00000000000000393216"
+    data = bytearray(seg.read_bytes())
+    data[12288 : 12288 + 4096] = bytes(4096)
+    seg.write_bytes(bytes(data))
+    result = audit(Run(spark, CFG), str(store), None, str(tmp_path / "report"))
+    kinds = {f.kind for f in result.findings}
+    assert "segments-skipped" not in kinds and not any(k.startswith("segment-") for k in kinds)
+    (hole,) = [f for f in result.findings if f.kind == "damaged-records"]
+    # the record at 12,324 is the first whose header the zeros hit; the next sound record starts at 16,409
+    assert (hole.file, hole.commitlog_offset, hole.count) == (f"commitlog/{seg.name}", 393216 + 12324, 16409 - 12324)
+    damaged = {
+        (f.topic, f.queue_id, f.queue_offset, f.count) for f in result.findings if f.kind == "cq-damaged-entries"
+    }
+    gaps = {(f.topic, f.queue_id, f.queue_offset, f.count) for f in result.findings if f.kind == "queue-offset-gap"}
+    assert damaged == gaps and sum(n for *_, n in damaged) == 16
+    wrong = [(f.topic, f.queue_offset) for f in result.findings if f.kind == "cq-wrong-entries"]
+    assert wrong == [("OrderCreated", 188)]  # the record the zeros end inside of: its properties (TAGS) zeroed
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    stopping = {(k.split("/")[1], int(k.split("/")[2])) for k in report["plan"]["stopping"]}
+    assert stopping == {(t, q) for t, q, _, _ in damaged}  # recover would not hide the sound units after them
+
+
+RECOVERED = Checkpoint(LAST_TS, LAST_TS, LAST_TS)  # the checkpoint recover writes for clean/'s records
+
+
+def test_the_checkpoint_fixes_a_truncation_only_where_the_new_start_lies_past_the_damage() -> None:
+    """Crash recovery from crashed/'s lagging checkpoint starts at the first segment. With recover's checkpoint it
+    starts at the last one: a CRC failure two segments before is then never walked (recover fixes it); one in the
+    last segment is still walked and truncated at (recover does not)."""
+    ckpt = Checkpoint.unpack((CRASHED / "checkpoint").read_bytes())
+    segments = crashed_segments()
+    last = [s for s in segments if s.messages][-1]
+    assert recovery_start(segments, RECOVERED, abort=True) == segments.index(last)
+    early = finding("crc-mismatch", f"commitlog/{segments[-4].file}", "BODYCRC", commitlog_offset=segments[-4].start)
+    out = check_commitlog(segments, [early], ckpt, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS, -1, RECOVERED)
+    (f,) = [f for f in out if KINDS[f.kind].truncation]
+    assert (f.kind, f.commitlog_offset) == ("recovery-would-truncate", segments[-4].start)
+    assert f"with recover's new checkpoint it starts at segment {last.file}, past the damage" in f.message
+    late = finding("crc-mismatch", f"commitlog/{last.file}", "BODYCRC", commitlog_offset=last.start + 100)
+    out = check_commitlog(segments, [late], ckpt, True, CFG, MAX_OFFSET, LAST_TS, LAST_TS, -1, RECOVERED)
+    (f,) = [f for f in out if KINDS[f.kind].truncation]
+    assert (f.kind, f.commitlog_offset) == ("recovery-would-truncate-after-recover", last.start + 100)
+    assert "still stops at the damage: recover does not prevent this truncation" in f.message
+
+
+def test_a_crc_failure_in_the_segment_crash_recovery_starts_at_is_not_claimed_by_the_checkpoint(
+    spark, tmp_path
+) -> None:
+    """One body byte flipped in clean/'s last segment, abort present: crash recovery truncates there (76 messages),
+    and does with recover's checkpoint too (it starts at that segment): the plan's checkpoint step does not claim
+    it. (crashed/'s truncation, two segments earlier, is the one it fixes: test_crashed_fixture_is_classified...)"""
+    from jobs.pipeline.audit_flow import audit
+    from jobs.pipeline.context import Run
+
+    store = copy_store(CLEAN, tmp_path / "store")
+    seg = store / "commitlog" / "00000000000003407872"
+    data = bytearray(seg.read_bytes())
+    data[397 + 100] ^= 0xFF  # a body byte of the segment's second record, at commitlog offset 3,408,269
+    seg.write_bytes(bytes(data))
+    (store / "abort").write_bytes(b"")
+    audit(Run(spark, CFG), str(store), None, str(tmp_path / "report"))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    (cut,) = [f for f in report["findings"] if KINDS[f["kind"]].truncation]
+    assert (cut["kind"], cut["commitlog_offset"]) == ("recovery-would-truncate-after-recover", 3_408_269)
+    assert report["verdict"]["truncate"]["messages"] == 76
+    claimed = {r["kind"] for s in report["verdict"]["recover"]["steps"] for r in s["resolves"]}
+    assert claimed == {"index-deleted-on-recovery"}

@@ -161,3 +161,62 @@ def test_the_torn_tail_is_truncated_only_when_asked() -> None:
 def test_a_plan_survives_report_json() -> None:
     plan = recover_plan([TORN], REPAIRS, {"consumequeue/U/1": 3}, truncate=True)
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize(("back", "fixed"), [(3, True), (1, False)])
+def test_the_checkpoint_step_claims_a_truncation_only_where_the_real_broker_then_keeps_the_log(
+    tmp_path: Path, back: int, fixed: bool
+) -> None:
+    """A copy of the real 5.5.0 broker's kill -9 store (abort present), one body byte flipped in a record of the
+    ``back``-th last segment holding messages. Its crash recovery would truncate there. Three segments from the end,
+    recover's new checkpoint starts that recovery past it: the audit says recovery-would-truncate, the plan's
+    checkpoint step claims it, and after the verdict's recover the real broker serves every message it served from
+    the undamaged store. In the last segment the new start is that segment: the audit says
+    recovery-would-truncate-after-recover, no step claims it, and after recover the broker still serves no message
+    from the damaged record on."""
+    from tests.broker.fixtures import harness_store
+    from tests.broker.harness import read_jsonl, served
+    from tests.builders import scan
+
+    built = harness_store("5.5.0", "kill9")
+    copy = tmp_path / "broker" / "store"
+    shutil.copytree(built / "store", copy, ignore=shutil.ignore_patterns("lock"))
+    shutil.copyfile(built / "broker.conf", copy.parent / "broker.conf")
+    segments = sorted((copy / "commitlog").iterdir())
+    seg = [s for s in segments if scan(s.read_bytes(), base=int(s.name)).offsets()][-back]
+    data = bytearray(seg.read_bytes())
+    rows = scan(bytes(data), base=int(seg.name)).rows()
+    victim = next(r for r in rows[len(rows) // 2 :] if r["body_length"] > 0)
+    flags, at = victim["sys_flag"], victim["physical_offset"] - int(seg.name)
+    body = at + 4 * 4 + 4 + 8 + 8 + 4 + 8 + (20 if flags & 0x10 else 8) + 8 + (20 if flags & 0x20 else 8) + 4 + 8 + 4
+    data[body] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    damage = victim["physical_offset"]
+
+    argv = ["--store", str(copy), "--broker-config", str(copy.parent / "broker.conf"), "--broker-version", "5.5.0"]
+    assert rmqstore_main(["audit", *argv, "--report", str(tmp_path / "report")]) == EXIT_FINDINGS
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    (cut,) = [f for f in report["findings"] if KINDS[f["kind"]].truncation]
+    kind = "recovery-would-truncate" if fixed else "recovery-would-truncate-after-recover"
+    assert (cut["kind"], cut["commitlog_offset"]) == (kind, damage)
+    claimed = {r["kind"] for s in report["verdict"]["recover"]["steps"] for r in s["resolves"]}
+    assert (kind in claimed) == fixed
+
+    apply = shlex.split(report["verdict"]["recover"]["commands"][1])[1:]
+    code = rmqstore_main([*apply, "--backup-dir", str(tmp_path / "backup"), "--work-dir", str(tmp_path / "work")])
+    assert code == EXIT_OK  # its re-audit: nothing repairable left (the truncation after recover is not)
+    assert (tmp_path / "backup").is_dir()
+
+    def messages(lines: list[dict]) -> set[tuple[str, int, int, int]]:
+        return {
+            (m["topic"], m["queueId"], m["queueOffset"], m["commitLogOffset"]) for m in lines if m["kind"] == "message"
+        }
+
+    alone, after = messages(read_jsonl(built / "served.jsonl")), messages(served("5.5.0", copy))
+    assert any(m[3] >= damage for m in alone)
+    if fixed:
+        assert after == alone
+    else:
+        assert not any(m[3] >= damage for m in after)
+        assert after == {m for m in alone if m[3] < damage}

@@ -103,25 +103,24 @@ def test_segments_cut_into_byte_ranges_rebuild_the_same_files(spark, cfg, tmp_pa
 
 
 def test_ranges_that_do_not_meet_are_parsed_whole_with_the_same_findings(spark, cfg, tmp_path, monkeypatch):
-    """Garbage over a segment's first record: its first range stops there, the next ones find records; the
-    segment is parsed whole and the run stops as it does without ranges."""
+    """A damaged record before a range's end and a record with a damaged body after it: the first range's search
+    past the damage takes neither (the second fails its BODYCRC), the next range starts at the second (it frames);
+    the ranges do not meet, the segment is parsed whole and gives what the run without ranges gives."""
     import jobs.pipeline.parse as parse_module
 
     store = copy_store("clean", tmp_path / "store")
     seg = store / "commitlog" / "00000000000000393216"
     data = bytearray(seg.read_bytes())
-    data[0:16] = b"\xde\xad\xbe\xef" * 4
+    data[18546 + 4] ^= 0xFF  # the magic of the last record starting before the first range's end (18,725)
+    data[18990 + 100] ^= 0xFF  # a body byte of the first record after it
     seg.write_bytes(bytes(data))
-    with pytest.raises(DamageStop) as whole:
-        rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
     monkeypatch.setattr(parse_module, "parse_task_bytes", lambda total, slots: 20_000)
-    with pytest.raises(DamageStop) as ranged:
-        rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
-    assert ranged.value.findings == whole.value.findings
-    result = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"), on_error="skip-segment")
+    result = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out"))
     assert result.whole == frozenset({seg.name})
+    holes = [f for f in result.report.findings if f.kind == "damaged-records"]
+    assert [(f.commitlog_offset, f.count) for f in holes] == [(393216 + 18546, 19181 - 18546)]
     monkeypatch.setattr(parse_module, "parse_task_bytes", lambda total, slots: 256 << 20)
-    unranged = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out2"), on_error="skip-segment")
+    unranged = rebuild(Run(spark, cfg), str(store), str(tmp_path / "out2"))
     assert result.report == unranged.report
     assert storecopy.tree_digest(tmp_path / "out") == storecopy.tree_digest(tmp_path / "out2")
 
@@ -131,24 +130,23 @@ def copy_store(name: str, dest: Path) -> Path:
     return storecopy.copy_store(FIXTURE_DIR / name, dest, without=("consumequeue", "index"))
 
 
-def test_garbage_in_a_middle_segment_stops_the_run_and_names_file_and_offset(spark, cfg, tmp_path):
+def test_garbage_over_a_middle_segments_first_record_costs_that_record(spark, cfg, tmp_path):
+    """Before the scan went past damage, this stopped the run (segment-bad-magic) and skip-segment left the whole
+    segment out; now the record is a damaged byte range and the segment's other 478 records are indexed."""
     store = copy_store("clean", tmp_path / "store")
     seg = store / "commitlog" / "00000000000000393216"
     data = bytearray(seg.read_bytes())
     data[0:16] = b"\xde\xad\xbe\xef" * 4  # over the segment's first TOTALSIZE and magic: framing is lost
     seg.write_bytes(bytes(data))
     out = tmp_path / "out"
-    with pytest.raises(DamageStop) as err:
-        rebuild(Run(spark, cfg), str(store), str(out))
-    assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["store"]
-    errors = [f for f in err.value.findings if f.severity == "error"]
-    assert len(errors) == 1 and errors[0].file == "commitlog/00000000000000393216"
-    assert (errors[0].kind, errors[0].commitlog_offset) == ("segment-bad-magic", 393216)
-
-    result = rebuild(Run(spark, cfg), str(store), str(out), on_error="skip-segment")
-    kinds = {f.kind for f in result.report.findings}
-    assert "segments-skipped" in kinds and "queue-offset-gap" in kinds
+    result = rebuild(Run(spark, cfg), str(store), str(out))
+    errors = [f for f in result.report.findings if f.severity == "error"]
+    assert {f.kind for f in errors} == {"damaged-records", "queue-offset-gap"}
+    (hole,) = [f for f in errors if f.kind == "damaged-records"]
+    assert (hole.file, hole.commitlog_offset, hole.count) == ("commitlog/00000000000000393216", 393216, 136)
+    (gap,) = [f for f in errors if f.kind == "queue-offset-gap"]
+    assert (gap.topic, gap.queue_id, gap.queue_offset, gap.count) == ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 18, 1)
+    assert result.summaries[seg.name].messages == 478
 
 
 def test_missing_segment_is_a_reported_gap(spark, cfg, tmp_path):

@@ -228,3 +228,20 @@ def test_a_restart_that_depends_on_an_unknown_release_is_said_so() -> None:
     }
     headline = verdict(typed(report))["headline"]
     assert "depends on the release (5.2.0: offset 65,536; 5.3.2: offset 262,144): give --broker-version" in headline
+
+
+def test_the_checkpoint_step_appears_only_where_it_averts_the_truncation() -> None:
+    """recovery-would-truncate (recover's checkpoint starts recovery past the damage): the checkpoint step, which
+    fixes it. recovery-would-truncate-after-recover (the damage lies where that recovery still walks): no step claims
+    it, the broker's truncation is still the headline, and it stays."""
+    where = {"file": "commitlog/00000000000000000000", "commitlog_offset": 700, "count": 300}
+    fixed = verdict(typed(report_of(finding("recovery-would-truncate", message="cut", **where).to_dict())))
+    assert [(s["file"], [r["kind"] for r in s["resolves"]]) for s in fixed["recover"]["steps"]] == [
+        ("checkpoint", ["recovery-would-truncate"])
+    ]
+    unfixed = finding("recovery-would-truncate-after-recover", message="cut", **where)
+    v = verdict(typed(report_of(unfixed.to_dict())))
+    assert v["broker"] == "truncate" and v["truncate"]["commitlog_offset"] == 700
+    assert v["recover"]["possible"] is False and v["recover"]["why_not"] == "nothing for recover to change"
+    assert [r["kind"] for r in v["recover"]["remains"]] == ["recovery-would-truncate-after-recover"]
+    assert recover_plan([unfixed], [], {}, truncate=False).steps == ()

@@ -60,8 +60,17 @@ class QueueTask:
     rebuilt_files: tuple[str, ...]
 
 
-def audit_queue(task: QueueTask, store: str, rebuilt: str, cfg: BrokerConfig, cl_min: int, cl_max: int) -> QueueAudit:
-    """One queue: its live and rebuilt files read and classified; without a row when a live file cannot be read."""
+def audit_queue(
+    task: QueueTask,
+    store: str,
+    rebuilt: str,
+    cfg: BrokerConfig,
+    cl_min: int,
+    cl_max: int,
+    damaged: tuple[tuple[int, int], ...] = (),
+) -> QueueAudit:
+    """One queue: its live and rebuilt files read and classified; without a row when a live file cannot be read.
+    ``damaged``: the commitlog ranges of damaged records (storelib.audit.queues.classify_queue)."""
     topic, queue_id = task.topic, task.queue_id
     rel_dir = queue_dir(topic, queue_id)
     live: dict[str, bytes] = {}
@@ -72,7 +81,8 @@ def audit_queue(task: QueueTask, store: str, rebuilt: str, cfg: BrokerConfig, cl
             f = unreadable(f"{rel_dir}/{name}", exc, topic=topic, queue_id=queue_id)
             return QueueAudit(topic, queue_id, [f], None, [], [])
     rebuilt_files = {name: _read(rebuilt, f"{rel_dir}/{name}") for name in task.rebuilt_files}
-    return classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, record_tags_hash(store, cfg))
+    tags = record_tags_hash(store, cfg)
+    return classify_queue(topic, queue_id, live, rebuilt_files, cfg, cl_min, cl_max, tags, damaged)
 
 
 def record_tags_hash(store: str, cfg: BrokerConfig) -> Callable[[int, int], int | None]:

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
 from storelib.broker.dispatch import Dispatch, dispatch_batch, rule_inputs
+from storelib.broker.resync import DamagedMessage, Resync
 from storelib.broker.rule_choice import RuleInputs
 from storelib.broker.segments import (
     FINGERPRINT_COLUMNS,
@@ -42,7 +43,15 @@ from storelib.constants import DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAG
 from storelib.formats import batchcq
 from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, encode_units
 from storelib.formats.dledger import entry_damage
-from storelib.formats.scanner import END_RANGE, END_UNREADABLE, RecordBatch, SegmentScanner, find_record_start
+from storelib.formats.scanner import (
+    COMMITLOG_FRAMING,
+    DAMAGE_CRC,
+    END_RANGE,
+    END_UNREADABLE,
+    RecordBatch,
+    SegmentScanner,
+    find_record_start,
+)
 from udfs.fs import resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA, ArrowMap
 from udfs.timers import write_records
@@ -251,6 +260,7 @@ class _Tally:
         self.inputs = RuleInputs()
         self.stretch_inputs: dict[int, RuleInputs] = {}  # by stretch (BrokerConfig.releaseStretches), when several
         self.entries: list[np.ndarray] = []  # DLedger segments: (first, last) entry units, for the summary
+        self.crc_failed: dict[int, DamagedMessage] = {}  # records failing their BODYCRC by commitlog offset
 
     def add_entries(self, b: RecordBatch, units: np.ndarray) -> None:
         """Take a batch's DLedger entry headers (``b.entries``): damage where recovery would stop
@@ -282,9 +292,29 @@ class _Tally:
             offset = int(b.physical_offset[i])
             self.damage.append(Damage("bad-delay-level", offset, f"DELAY={value!r} is not an integer"))
         for i, detail in d.bad_crc_property:
-            self.damage.append(Damage("crc-property-mismatch", int(b.physical_offset[i]), detail))
+            self.damage.append(
+                Damage("crc-property-mismatch", int(b.physical_offset[i]), detail, messages=(named(b, d, i),))
+            )
+        for i in np.flatnonzero(~b.crc_ok).tolist():
+            self.crc_failed[int(b.physical_offset[i])] = named(b, d, i)
         for offset in damaged + [x.commitlog_offset for x in self.damage]:
             self.after[offset] = self.after.get(offset, 0) + int((b.physical_offset >= offset).sum())
+
+
+def named(b: RecordBatch, d: Dispatch, i: int) -> DamagedMessage:
+    """The record ``i`` of a batch as a damaged record's finding names it (it frames: every field is read)."""
+    uniq_start, uniq_len = d.values[PROPERTY_UNIQ_KEY]
+    keys_start, keys_len = d.values[PROPERTY_KEYS]
+    uniq, keys = b.text(uniq_start[i : i + 1], uniq_len[i : i + 1]) + b.text(keys_start[i : i + 1], keys_len[i : i + 1])
+    return DamagedMessage(
+        int(b.physical_offset[i]),
+        int(b.queue_id[i]),
+        int(b.queue_offset[i]),
+        int(b.store_timestamp[i]),
+        b.topic_names[int(b.topic_code[i])],
+        uniq,
+        keys,
+    )
 
 
 _DISPATCHED = {"tags_code", "index_key_hash"}  # fingerprinted columns of the Dispatch, the others the RecordBatch's
@@ -307,9 +337,26 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
         stream.seek(start)
     stop = piece.hi if piece.number < piece.count - 1 else None
     check = cfg.checkCRCOnRecover
+    resync = Resync() if seg.framing is COMMITLOG_FRAMING else None  # past damage (DLedger entries: not yet)
+    framing = seg.framing
     return SegmentScanner(
-        stream, seg.name, seg.start, seg.size, check, PARSE_CHUNK, framing=seg.framing, start=start, stop=stop
+        stream,
+        seg.name,
+        seg.start,
+        seg.size,
+        check,
+        PARSE_CHUNK,
+        framing=framing,
+        start=start,
+        stop=stop,
+        resync=resync,
     )
+
+
+def _damaged(scanner: SegmentScanner) -> list[int]:
+    """Commitlog offsets of the damaged records and holes the scanner found so far."""
+    holes = scanner.resync.holes if isinstance(scanner.resync, Resync) else []
+    return [x.offset for x in scanner.damage] + [h.start for h in holes]
 
 
 def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Iterator[pa.RecordBatch]:
@@ -331,7 +378,6 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
         try:
             with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
                 scanner = _scan(piece, cfg, stream)
-                damage = scanner.damage if scanner is not None else []  # grows as the scan goes
                 for whole in scanner or ():
                     for stretch, lo, hi, c in cfg.stretch_parts(whole.physical_offset):
                         b = whole if hi - lo == len(whole) else whole.part(lo, hi)
@@ -348,7 +394,7 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
                             assert u is not None
                             u.write(b.entries.tobytes())
                             tally.add_entries(b, b.entries)
-                        tally.add(b, d, [x.offset for x in damage], c, stretch)
+                        tally.add(b, d, _damaged(scanner) if scanner else [], c, stretch)
             if scanner is not None:
                 assert scanner.end is not None  # set when the scan is done
                 end = (scanner.end.reason, scanner.end.offset, scanner.end.detail)
@@ -369,7 +415,12 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
 def _piece_summary(
     piece: Piece, scanner: SegmentScanner | None, tally: _Tally, end: tuple[str, int, str]
 ) -> PieceSummary:
-    found = [Damage(x.kind, x.offset, x.detail) for x in scanner.damage] if scanner else []
+    found = []
+    for x in scanner.damage if scanner else []:
+        message = tally.crc_failed.get(x.offset) if x.kind == DAMAGE_CRC else None
+        found.append(Damage(x.kind, x.offset, x.detail, messages=(message,) if message else ()))
+    if scanner is not None and isinstance(scanner.resync, Resync):
+        found += [Damage.of_hole(h) for h in scanner.resync.holes]
     damage = [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in found]
     damage += [dataclasses.replace(x, messages_after=tally.after.get(x.commitlog_offset, 0)) for x in tally.damage]
     messages = scanner.messages if scanner else 0

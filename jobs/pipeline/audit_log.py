@@ -39,7 +39,8 @@ def audit_log(a: Audit, found: list[Finding], cq_max_physic_offset: int) -> tupl
     facts = [
         SegmentFacts(s.file, s.start, s.messages, s.end_offset, s.first_store_timestamp) for s in commitlog.segments
     ]
-    live = a.run.spark.sparkContext.parallelize([a.store], 1).map(read_checkpoint).collect()[0]
+    live, rebuilt = a.run.spark.sparkContext.parallelize([a.store, a.rebuilt], 2).map(read_checkpoint).collect()
+    after_recover = rebuilt.checkpoint.with_5x_fields_of(live.checkpoint) if rebuilt.checkpoint else None
     cl_max = commitlog.max_offset
     restart = restart_of(facts, found, live.checkpoint, live.abort, a.cfg, cl_max, cq_max_physic_offset)
     log = LogStart(tuple(facts), live.checkpoint, live.abort, restart, {})
@@ -57,6 +58,7 @@ def audit_log(a: Audit, found: list[Finding], cq_max_physic_offset: int) -> tupl
                 max((s.last_store_timestamp for s in summaries), default=0),
                 max((s.last_cq_store_timestamp for s in summaries), default=0),
                 cq_max_physic_offset,
+                after_recover,
             )
         )
     )

@@ -21,6 +21,7 @@ from jobs.pipeline.listing import list_queues
 from jobs.pipeline.tasks import run_packed
 from storelib.audit.scope import queue_repairs
 from storelib.broker.config import BrokerConfig
+from storelib.broker.segments import damaged_ranges
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
@@ -87,7 +88,10 @@ def _audit_queues(a: Audit, live_root: str, rocksdb_dir: str | None) -> tuple[li
     store, rebuilt, cfg = live_root, a.rebuilt, a.cfg
     cl_min, cl_max = a.rebuild_report.commitlog.min_offset, a.rebuild_report.commitlog.max_offset
     weights = [(len(t.live_files) + len(t.rebuilt_files)) * CONSUME_QUEUE.file_size(cfg) for t in tasks]
-    done = run_packed(a.run, "queues", tasks, weights, lambda t: audit_queue(t, store, rebuilt, cfg, cl_min, cl_max))
+    damaged = damaged_ranges(a.summaries.values())
+    done = run_packed(
+        a.run, "queues", tasks, weights, lambda t: audit_queue(t, store, rebuilt, cfg, cl_min, cl_max, damaged)
+    )
     for _, qa in done:
         found += Found(
             tuple(qa.findings if rocksdb_dir is None else [_in_rocksdb(f, rocksdb_dir) for f in qa.findings])

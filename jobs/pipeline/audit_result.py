@@ -14,7 +14,7 @@ from jobs.pipeline.context import Found, Run, tool_version
 from storelib.audit.scope import Scope
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import messages_from
-from storelib.findings import Finding
+from storelib.findings import KINDS, Finding
 from storelib.reports.plan import Step, recover_plan
 from storelib.reports.report import (
     AuditReport,
@@ -125,7 +125,7 @@ def _history_record(
 def _messages_lost(a: Audit, findings: list[Finding]) -> int | None:
     """Messages at or past the commitlog offset where the broker's recovery would truncate (None: no truncation, or
     it lies before the audited segments)."""
-    cut = next((f.commitlog_offset for f in findings if f.kind == "recovery-would-truncate"), None)
+    cut = next((f.commitlog_offset for f in findings if KINDS[f.kind].truncation), None)
     if cut is None or cut < a.scope.start:
         return None
     return messages_from(list(a.segments), a.summaries, cut)

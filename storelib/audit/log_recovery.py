@@ -43,9 +43,13 @@ def check_commitlog(
     last_store_timestamp: int,
     last_cq_store_timestamp: int,
     cq_max_physic_offset: int = -1,
+    after_recover: Checkpoint | None = None,
 ) -> list[Finding]:
     """Preallocated segments, the abort marker, the checkpoint, and whether recovery would truncate sound data
-    (``cq_max_physic_offset``: the end of the last record a live ConsumeQueue points at, -1 when none does)."""
+    (``cq_max_physic_offset``: the end of the last record a live ConsumeQueue points at, -1 when none does).
+
+    ``after_recover``: the checkpoint recover would write; a truncation its new start does not get past is
+    recovery-would-truncate-after-recover (None: not judged, recovery-would-truncate)."""
     out: list[Finding] = []
     with_messages = [i for i, s in enumerate(segments) if s.messages > 0]
     last = with_messages[-1] if with_messages else -1
@@ -72,7 +76,12 @@ def check_commitlog(
         )
     out += _checkpoint_findings(checkpoint, commitlog_max, last_store_timestamp, last_cq_store_timestamp)
     if restart and restart.lost:
-        out.append(_truncate_finding(segments, restart, how, commitlog_max))
+        after = None
+        if after_recover is not None:
+            after = restart_of(
+                segments, rebuild_findings, after_recover, abort, cfg, commitlog_max, cq_max_physic_offset
+            )
+        out.append(_truncate_finding(segments, restart, how, commitlog_max, after, after_recover is not None))
     return out
 
 
@@ -112,17 +121,36 @@ def _checkpoint_findings(
     return out
 
 
-def _truncate_finding(segments: list[SegmentFacts], restart: Restart, how: str, commitlog_max: int) -> Finding:
-    """recovery-would-truncate: where the broker's recovery stops, and the bytes of valid records after it."""
+def _truncate_finding(
+    segments: list[SegmentFacts],
+    restart: Restart,
+    how: str,
+    commitlog_max: int,
+    after: Restart | None,
+    judged: bool,
+) -> Finding:
+    """Where the broker's recovery stops, and the bytes of valid records after it; recovery-would-truncate when the
+    start recover's checkpoint gives it (``after``) lies past the damage (or that was not ``judged``), else
+    recovery-would-truncate-after-recover."""
     at = restart.truncate_at
     seg = next(s for s in reversed(segments) if s.start <= at)
     total = commitlog_max - segments[0].start
+    kind, then = "recovery-would-truncate", ""
+    if after is not None and after.lost == 0:
+        then = f"; with recover's new checkpoint it starts at segment {segments[after.start].file}, past the damage"
+    elif judged:
+        kind = "recovery-would-truncate-after-recover"
+        start = segments[after.start].file if after is not None else "-"
+        then = (
+            f"; with recover's new checkpoint it starts at segment {start} and still stops at the damage: "
+            "recover does not prevent this truncation"
+        )
     return finding(
-        "recovery-would-truncate",
+        kind,
         commitlog_file(seg.file),
         f"the broker's {how} starts at segment {segments[restart.start].file}, stops at the record at "
         f"commitlog offset {at} ({restart.stop}) and truncates the commitlog there: {restart.lost} bytes "
-        f"({100 * restart.lost / max(1, total):.0f}% of the log) of records after it are lost to consumers",
+        f"({100 * restart.lost / max(1, total):.0f}% of the log) of records after it are lost to consumers{then}",
         commitlog_offset=at,
         file_offset=at - seg.start,
         count=restart.lost,

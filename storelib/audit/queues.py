@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -243,12 +243,15 @@ def classify_queue(
     commitlog_min: int,
     commitlog_max: int,
     schedule_tags_hash: Callable[[int, int], int | None] | None = None,
+    damaged: Sequence[tuple[int, int]] = (),
 ) -> QueueAudit:
     """Compare one live queue's files with the rebuilt ones (file name -> bytes; names are 20-digit starts).
 
     ``commitlog_min``/``commitlog_max``: first offset of the commitlog and the end of its last
     valid record. ``schedule_tags_hash``: for SCHEDULE_TOPIC_XXXX, (commitlog offset, size) -> the
     TAGS hash of the record there (None when unreadable), to recognise the 4.9.8 crash-recovery quirk.
+    ``damaged``: the commitlog ranges [start, end) of damaged records (damaged-records): live units pointing into
+    them are cq-damaged-entries, not wrong ones.
     """
     q = _Queue.of(topic, queue_id, live, rebuilt, cfg.cq_file_size, commitlog_min, commitlog_max)
     if q is None:
@@ -272,7 +275,7 @@ def classify_queue(
         )
         row = queue_row(topic, queue_id, findings, 0, len(q.entries), None, q.base + q.r_min, q.base + q.r_end)
         return QueueAudit(topic, queue_id, findings, row, sorted(rebuilt), [])
-    masks = _entry_masks(q, cfg, schedule_tags_hash)
+    masks = _entry_masks(q, cfg, schedule_tags_hash, damaged)
     findings += _entry_findings(q, masks) + _extra_files(q)
     write, delete = _changes(
         q, findings, masks["wrong"] | masks["quirk"] | masks["dirty"] | masks["pre_blank"] | masks["missing"]
@@ -350,8 +353,19 @@ def _without_messages(q: _Queue, findings: list[Finding]) -> QueueAudit:
     return QueueAudit(q.topic, q.queue_id, findings, row, [], delete)
 
 
+def _into(offset: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Per unit: its commitlog offset lies in one of ``ranges`` ([start, end))."""
+    inside = np.zeros(len(offset), dtype=bool)
+    for start, end in ranges:
+        inside |= (offset >= start) & (offset < end)
+    return inside
+
+
 def _entry_masks(
-    q: _Queue, cfg: BrokerConfig, schedule_tags_hash: Callable[[int, int], int | None] | None
+    q: _Queue,
+    cfg: BrokerConfig,
+    schedule_tags_hash: Callable[[int, int], int | None] | None,
+    damaged: Sequence[tuple[int, int]] = (),
 ) -> dict[str, np.ndarray]:
     """Per position: which units are wrong, quirky, dirty, expired, missing, stale... (masks over the queue)."""
     lv, rb, idx, reach = q.lv, q.rb, q.idx, q.reach
@@ -367,11 +381,13 @@ def _entry_masks(
     expired = not_entry & head & lv.valid & (lv.offset < q.commitlog_min) & reach
     dirty = not_entry & ~head & lv.valid & (lv.offset >= q.commitlog_max) & reach
     extra = not_entry & lv.valid & reach & ~expired & ~dirty
+    into_damage = extra & _into(lv.offset, damaged)
     missing = r_entry & ~lv.valid & ~lv.blank
     present = np.flatnonzero(r_entry & lv.valid)
     last_present = int(present[-1]) if len(present) else -1
     return {
-        "wrong": (differ & ~quirk) | extra,
+        "wrong": (differ & ~quirk) | (extra & ~into_damage),
+        "damaged": into_damage,
         "quirk": quirk,
         "dirty": dirty,
         "expired": expired,
@@ -388,6 +404,13 @@ def _entry_findings(q: _Queue, m: dict[str, np.ndarray]) -> list[Finding]:
     b, end = q.base, q.base + q.r_end
     out = q.first_count(
         "cq-wrong-entries", m["wrong"], "{count} entries differ from the commitlog, the first at queue offset {first}"
+    )
+    out += q.first_count(
+        "cq-damaged-entries",
+        m["damaged"],
+        "{count} units from queue offset {first} point into damaged records (damaged-records): those messages are "
+        "lost, and the broker serves the damaged bytes: a pull whose result holds one decodes only the messages "
+        "before it, losing the sound ones after it in that result; the rebuilt queue has no unit for them",
     )
     out += q.first_count(
         "cq-schedule-tagscode-quirk",

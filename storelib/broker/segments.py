@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from storelib.broker.config import BrokerConfig
+from storelib.broker.resync import DAMAGED_RECORDS, DamagedMessage, Hole
 from storelib.broker.rule_choice import RuleInputs
 from storelib.constants import CRC32_POLYNOMIAL
 from storelib.findings import KINDS, Finding, FindingFields, finding
@@ -64,12 +65,26 @@ class Segment:
 
 @dataclasses.dataclass(frozen=True)
 class Damage:
-    """A record that failed a check (kind: crc-mismatch, length-mismatch, bad-delay-level)."""
+    """A record that failed a check (kind: crc-mismatch, length-mismatch, bad-delay-level), or bytes where records
+    do not frame (damaged-records, up to ``end_offset``: storelib.broker.resync.Hole)."""
 
     kind: str
     commitlog_offset: int
     detail: str
     messages_after: int = 0  # message records of its segment at or after it (what a truncation there loses)
+    end_offset: int | None = None  # damaged-records: the next sound record (or the end-of-file BLANK)
+    messages: tuple[DamagedMessage, ...] = ()  # damaged-records: what is left of the messages whose headers it holds
+    unlisted: int = 0  # damaged-records: further message headers in it
+
+    @classmethod
+    def of_hole(cls, hole: Hole) -> Damage:
+        detail = f"the walk stopped there ({hole.reason}{': ' + hole.detail if hole.detail else ''})"
+        return cls(DAMAGED_RECORDS, hole.start, detail, 0, hole.end, hole.messages, hole.unlisted)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> Damage:
+        messages = tuple(DamagedMessage(**m) for m in d.get("messages") or ())  # type: ignore[attr-defined]
+        return cls(**{**d, "messages": messages})  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +121,7 @@ class SegmentSummary:
     def from_row(cls, row: Mapping[str, Any]) -> SegmentSummary:  # a JSON object or a Spark row
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in row.items() if k in fields}
-        values["damage"] = tuple(Damage(**d) for d in row.get("damage") or ())
+        values["damage"] = tuple(Damage.from_dict(d) for d in row.get("damage") or ())
         values["rule_inputs"] = RuleInputs.from_dict(row.get("rule_inputs") or {})
         stretches = row.get("stretch_inputs") or ()
         values["stretch_inputs"] = tuple((int(k), RuleInputs.from_dict(d)) for k, d in stretches)
@@ -384,19 +399,67 @@ def segment_errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error" and not KINDS[f.kind].record_damage]
 
 
+#: damaged messages a damaged-records finding describes in its message; the others are counted
+MESSAGES_NAMED = 20
+
+
+def hole_finding(seg: Segment, d: Damage) -> Finding:
+    """damaged-records: the byte range, every message whose header it holds with what is left of it, and what their
+    queues lose."""
+    end = d.end_offset if d.end_offset is not None else d.commitlog_offset
+    named = [m.describe() for m in d.messages[:MESSAGES_NAMED]]
+    more = len(d.messages) - len(named) + d.unlisted
+    lost = f"{len(d.messages) + d.unlisted} message header(s) in it" + (f": {'; '.join(named)}" if named else "")
+    message = (
+        f"{end - d.commitlog_offset} bytes from commitlog offset {d.commitlog_offset} to {end} (file offsets "
+        f"{d.commitlog_offset - seg.start} to {end - seg.start}) do not frame, {d.detail}; the next sound record is "
+        f"at {end}. {lost}{f' and {more} more' if more and named else ''}. Their messages are not indexed: their "
+        "queues get no ConsumeQueue unit for them (a unit the broker stops reading the queue at), nor IndexFile "
+        "entries; what is read of them here is not trusted"
+    )
+    first = d.messages[0] if d.messages else None
+    return finding(
+        DAMAGED_RECORDS,
+        seg.rel,
+        message,
+        topic=first.topic if first else None,
+        queue_id=first.queue_id if first else None,
+        queue_offset=first.queue_offset if first else None,
+        commitlog_offset=d.commitlog_offset,
+        file_offset=d.commitlog_offset - seg.start,
+        count=end - d.commitlog_offset,
+        actual=f"next sound record at {end}",
+    )
+
+
+def damaged_ranges(summaries: Iterable[SegmentSummary]) -> tuple[tuple[int, int], ...]:
+    """The commitlog ranges [start, end) of the damaged-records holes of the segments."""
+    return tuple(
+        (d.commitlog_offset, d.end_offset)
+        for s in summaries
+        for d in s.damage
+        if d.kind == DAMAGED_RECORDS and d.end_offset is not None
+    )
+
+
 def damage_findings(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> list[Finding]:
     """One finding per damaged record: a CRC mismatch (or a DLedger entry header out of line) is kept, it frames
-    correctly; the others are not. Then the DLedger entries that do not follow the previous segment's last."""
+    correctly; the others are not; one per damaged byte range (hole_finding). Then the DLedger entries that do not
+    follow the previous segment's last."""
     out = []
     for seg in segments:
         for d in summaries[seg.name].damage:
+            if d.kind == DAMAGED_RECORDS:
+                out.append(hole_finding(seg, d))
+                continue
             kept = KINDS[d.kind].kept
             what = "kept: the record frames correctly and is dispatched" if kept else "not dispatched"
+            m = d.messages[0] if d.messages else None
             out.append(
                 finding(
                     d.kind,
                     seg.rel,
-                    f"{d.detail} ({what})",
+                    f"{d.detail} ({what}){': the message ' + m.describe() if m else ''}",
                     commitlog_offset=d.commitlog_offset,
                     file_offset=d.commitlog_offset - seg.start,
                 )

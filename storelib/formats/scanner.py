@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import io
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -197,6 +197,17 @@ COMMITLOG_FRAMING = Framing("commitlog", 0, check_record)
 DLEDGER_FRAMING = Framing("dledger", DLEDGER_ENTRY_HEADER, check_entry)
 
 
+class Resync(Protocol):
+    """A search past damage (``storelib.broker.resync.Resync``): from the walk's stop at file position ``at``, the
+    next record start, with the scanner's buffer moved there; None when the segment holds none."""
+
+    reasons: frozenset[str]
+
+    def past(
+        self, sc: SegmentScanner, buf: np.ndarray, buf_pos: int, at: int, stop: tuple[str, str], last_taken: int
+    ) -> tuple[np.ndarray, int, int] | None: ...
+
+
 class SegmentScanner:
     """Walk one commitlog segment (or DLedger data file: ``framing``) with bounded memory, yielding RecordBatch
     objects.
@@ -228,6 +239,7 @@ class SegmentScanner:
         framing: Framing = COMMITLOG_FRAMING,
         start: int = 0,
         stop: int | None = None,
+        resync: Resync | None = None,
     ) -> None:
         self.stream = stream
         self.file = file
@@ -243,6 +255,7 @@ class SegmentScanner:
         self.damage: list[RecordDamage] = []
         self.messages = 0
         self.last_store_timestamp = 0
+        self.resync = resync
 
     def __iter__(self) -> Iterator[RecordBatch]:
         buf = np.zeros(0, dtype=np.uint8)
@@ -252,6 +265,7 @@ class SegmentScanner:
         header = self.framing.header
         positions = np.empty(self.batch_records, dtype=np.int64)  # of records in buf, relative to buf_pos
         count = 0
+        last_taken = -1  # file position of the last record the walk took
         while True:
             left = size - pos
             if left == 0:
@@ -263,7 +277,7 @@ class SegmentScanner:
                 if count:
                     yield from self._decode(buf, buf_pos, positions[:count])
                     positions, count = np.empty(self.batch_records, dtype=np.int64), 0
-                buf, buf_pos = self._refill(buf, buf_pos, pos, need)
+                buf, buf_pos = self.refill(buf, buf_pos, pos, need)
                 if pos + need > buf_pos + len(buf):
                     detail = f"file ends {size - (buf_pos + len(buf))} bytes short of its size"
                     self.end = SegmentEnd(self.file, END_TORN, self.base + pos, detail)
@@ -279,6 +293,8 @@ class SegmentScanner:
                 header,
                 self.stop - buf_pos,
             )
+            if count:
+                last_taken = buf_pos + int(positions[count - 1])
             if count == len(positions):
                 pos = buf_pos + rel
                 yield from self._decode(buf, buf_pos, positions)
@@ -288,6 +304,15 @@ class SegmentScanner:
                 pos = buf_pos + rel
                 continue
             stop, need = self.framing.check(buf[rel : rel + min(size - pos, header + 8)], size - pos)
+            if stop is not None and self.resync is not None and stop[0] in self.resync.reasons:
+                if count:  # decoded first: the search needs the last sound record's store time and damage
+                    yield from self._decode(buf, buf_pos, positions[:count])
+                    positions, count = np.empty(self.batch_records, dtype=np.int64), 0
+                jump = self.resync.past(self, buf, buf_pos, pos, stop, last_taken)
+                if jump is not None:
+                    buf, buf_pos, pos = jump
+                    last_taken = -1
+                    continue
             if stop is not None:
                 self.end = SegmentEnd(self.file, stop[0], self.base + pos, stop[1])
                 break
@@ -298,14 +323,14 @@ class SegmentScanner:
             if count:
                 yield from self._decode(buf, buf_pos, positions[:count])
                 positions, count = np.empty(self.batch_records, dtype=np.int64), 0
-            buf, buf_pos = self._refill(buf, buf_pos, pos, need)
+            buf, buf_pos = self.refill(buf, buf_pos, pos, need)
             if pos + need > buf_pos + len(buf):
                 self.end = SegmentEnd(self.file, END_TORN, self.base + pos, "the file ends inside this record")
                 break
         if count:
             yield from self._decode(buf, buf_pos, positions[:count])
 
-    def _refill(self, buf: np.ndarray, buf_pos: int, pos: int, need: int) -> tuple[np.ndarray, int]:
+    def refill(self, buf: np.ndarray, buf_pos: int, pos: int, need: int) -> tuple[np.ndarray, int]:
         """A new buffer from ``pos``: what buf holds from there, then reads until ``need`` bytes (at least a
         chunk) are in hand or the stream ends. Read straight into it (``readinto``): no copy of the chunk."""
         keep = buf[pos - buf_pos :]

@@ -70,7 +70,7 @@ def repairable(f: Finding) -> bool:
 
 def truncation(report: AuditReport, messages_lost: int | None) -> Json | None:
     """Where the broker's recovery would cut the log, and what it loses (None when it would not)."""
-    cut = next((f for f in report.findings if f.kind == "recovery-would-truncate"), None)
+    cut = next((f for f in report.findings if KINDS[f.kind].truncation), None)
     if cut is None:
         return None
     log = report.summary.commitlog or LogCounts()
