@@ -87,3 +87,10 @@ def test_a_release_store_without_its_queues_and_index(spark, tmp_path: Path, ver
         print(f"{version}: refused, {e.choices}: {e}")
         return
     assert_same_index(store / "store", out)
+
+
+def test_the_readme_names_the_brokers_that_checked_each_row() -> None:
+    """README.md's release table is RULE_SETS' rows and their ``verified_by``, row for row."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| row | checked by the real broker of |") :].split("\n\n")[0].splitlines()[2:]
+    assert table == [f"| {r.name} | {', '.join(r.verified_by)} |" for r in RULE_SETS]
