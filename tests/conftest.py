@@ -49,8 +49,13 @@ def find_shared(name: str) -> Path | None:
 
 @pytest.fixture(scope="session")
 def spark():
+    from pyspark.sql import SparkSession
+
     from jobs.runtime.session import spark_session
 
+    earlier = SparkSession.getActiveSession()  # a verb run in-process before (its local[*] would be reused)
+    if earlier is not None:
+        earlier.stop()
     session, _ = spark_session("rmqstore-tests", master="local[2]", overrides=["spark.sql.shuffle.partitions=4"])
     yield session
     session.stop()

@@ -83,7 +83,7 @@ def test_double_write_store_rebuilt_as_the_broker_split_it_and_audited_clean(
 
     result = audit(run, str(live), str(out), None)
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
-    assert result.report.summary.queues["audited"] == len({k.rsplit("/", 1)[0] for k in files})
+    assert result.report.summary.queues.audited == len({k.rsplit("/", 1)[0] for k in files})
 
     # a file queue zeroed in a copy: found and put back, the RocksDB beside it untouched
     copy = copy_store(live, tmp_path / "copy", without=("lock",))
