@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storelib.broker.config import BrokerConfig
@@ -26,6 +26,7 @@ CFG = BrokerConfig(mappedFileSizeCommitLog=1 << 16)
 T0 = 1_700_000_000_000
 BASE = 3 << 16  # the segment's commitlog offset: not 0, so PHYSICALOFFSET != file position
 DAMAGE = ("crc", "length", "magic", "physical-offset")
+HOSTS = {"born_host": "10.0.0.1:1234", "store_host": "10.0.0.2:10911"}  # IPv4 hosts of ``messages``
 
 
 @st.composite
@@ -48,8 +49,8 @@ def messages(draw: st.DrawFn) -> list:
             sys_flag=draw(st.sampled_from([0, 0, 0, 0x4, 0x8, 0xC])),
             store_timestamp=T0 + 10 * i,
             v2=long_topic,
-            born_host="fd00::1:1234" if v6 else "10.0.0.1:1234",
-            store_host="fd00::2:10911" if v6 and draw(st.booleans()) else "10.0.0.2:10911",
+            born_host="fd00::1:1234" if v6 else HOSTS["born_host"],
+            store_host="fd00::2:10911" if v6 and draw(st.booleans()) else HOSTS["store_host"],
         )
         out.append(m)
     return out
@@ -118,8 +119,11 @@ def cut(seg: Segment, points: list[int]) -> list[Piece]:
 
 
 def units(rows: pa.Table, scratch: Path) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
-    """ConsumeQueue runs as (queue offset, 20-byte unit) per queue, read from the pieces' scratch files: runs cut
-    at other piece boundaries compare equal."""
+    """ConsumeQueue units as (queue offset, 20-byte unit) per queue, read from the pieces' scratch files, in queue
+    offset order, then commitlog order (a unit starts with its record's offset): runs cut at other piece boundaries
+    compare equal. The order of the rows is no part of what a parse gives: the writers sort the runs by queue offset
+    (jobs.pipeline.consume_queues), and where two records claim one queue offset the runs holding them come in either
+    order (whole or in ranges), a duplicate-queue-offset finding either way."""
     out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
     for run in rows.to_pylist():
         data = Path(cq_units_path(str(scratch), run["piece"])).read_bytes()
@@ -127,7 +131,21 @@ def units(rows: pa.Table, scratch: Path) -> dict[tuple[str, int], list[tuple[int
         out.setdefault((run["topic"], run["queue_id"]), []).extend(
             (run["queue_offset"] + i, data[at + 20 * i : at + 20 * (i + 1)]) for i in range(run["count"])
         )
-    return out
+    return {queue: sorted(found) for queue, found in out.items()}
+
+
+def torn_copy_of_record_0() -> tuple[bytes, bool]:
+    """A stored failing example of ``segments``: 16 records of one queue, then a copy of record 0 torn in its
+    properties (the bytes to its end are zeros, so it frames): queue offset 0 twice. Parsed whole, the runs of that
+    queue are [0] and [0 (the torn copy), 1 .. 15]; in ranges cut at 116, [0, 1], then [0 (the torn copy)] and
+    [2 .. 15]: the same units in another order."""
+    msgs = [
+        msg("Orders0", {"UNIQ_KEY": f"U{i}", "KEYS": ""}, queue_offset=i, store_timestamp=T0 + 10 * i, **HOSTS)
+        for i in range(16)
+    ]
+    records, _ = encode_segment(msgs, base=BASE)
+    torn, _ = encode_segment(msgs[:1], base=BASE + len(records))
+    return (records + torn[:98]).ljust(len(records) + len(torn), b"\0"), True
 
 
 def without_rss(s: SegmentSummary) -> SegmentSummary:
@@ -138,6 +156,8 @@ def without_rss(s: SegmentSummary) -> SegmentSummary:
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(segments(), st.lists(st.integers(1, 20_000), max_size=6), st.sampled_from(["dispatch", "messages"]))
+@example(torn_copy_of_record_0(), [116], "dispatch")
+@example(torn_copy_of_record_0(), [116], "messages")
 def test_ranges_give_the_whole_parse_or_say_they_do_not_meet(tmp_path_factory, segment, points, mode) -> None:
     data, risky = segment
     tmp = tmp_path_factory.mktemp("ranges")
