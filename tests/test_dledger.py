@@ -4,6 +4,7 @@ stores (tests/broker/ variants ``dledger`` and ``dledger-kill9``) rebuilt byte-e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from pathlib import Path
@@ -17,6 +18,7 @@ from jobs.pipeline.convert_flow import convert
 from jobs.pipeline.rebuild_flow import rebuild
 from jobs.pipeline.recover_flow import recover
 from storelib.broker.config import load_broker_config
+from storelib.broker.versions import parse_version, rules_for
 from storelib.constants import DLEDGER_ENTRY_HEADER
 from storelib.formats.commitlog import Message, encode_message
 from storelib.formats.dledger import (
@@ -36,13 +38,15 @@ from storelib.formats.dledger_convert import plain_records, segment_tail
 from storelib.formats.scanner import DLEDGER_FRAMING, END_BAD_MAGIC, END_BAD_SIZE, END_BLANK, END_TORN
 from storelib.reports.inspection import inspect_store
 from tests import reference
-from tests.broker.fixtures import harness_store
+from tests.broker.fixtures import harness_store, release_param
 from tests.broker.harness import DLEDGER_SETTINGS, read_jsonl, read_properties, replayed, served
 from tests.builders import scan
 from tests.reference import assert_queues_as_the_broker_replays_them, assert_same_index, store_files
 from tests.storecopy import copy_store
 
 DLEDGER_VERSIONS = ["5.5.0", "4.9.7"]
+#: the releases whose DLedger store (variant ``dledger``) is rebuilt and audited: one of each 5.x line, and 4.9.7
+DLEDGER_STORE_VERSIONS = ["5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0", "5.5.0", "4.9.7"]
 
 
 def entry(m: Message, index: int, pos: int, term: int = 0) -> bytes:
@@ -93,8 +97,7 @@ def test_a_damaged_entry_ends_the_walk_there(damage: str, reason: str) -> None:
     assert (s.end.reason, s.end.offset, len(s.offsets())) == (reason, third, 2)
 
 
-@pytest.mark.broker
-@pytest.mark.parametrize("version", DLEDGER_VERSIONS)
+@pytest.mark.parametrize("version", [release_param(v) for v in DLEDGER_STORE_VERSIONS])
 def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path: Path, version: str) -> None:
     """The real broker's DLedger store (no commitlog/): found from its directories, every entry read, the
     consumequeue/, batchconsumequeue/ and index/ equal to the broker's, and the audit clean."""
@@ -109,9 +112,27 @@ def test_a_dledger_store_is_rebuilt_byte_exact_and_audited_clean(spark, tmp_path
     assert result.report.findings == ()
     written = json.loads((out / "rebuild.json").read_text())
     assert written["broker_config"]["enableDLegerCommitLog"] is True
-    assert written["broker_rules"]["name"] == {"5.5.0": "5.5", "4.9.7": "4.9.3"}[version]
+    # no flag: the releases detected hold the broker's (the row settled may be an older one these files cannot tell
+    # from its own: 5.1.4 gets 5.0, 5.3.3 gets 5.2)
+    settled = result.run.broker_rules[str(store / "store")]
+    assert settled.releases is not None and settled.releases.holds(parse_version(version)), settled.line
     checked = audit(result.run, str(store / "store"), str(out), None)
     assert ([f.kind for f in checked.findings], checked.exit_code) == ([], 0)
+
+
+@pytest.mark.parametrize("version", [release_param(v) for v in DLEDGER_STORE_VERSIONS])
+def test_a_dledger_store_given_its_release_is_rebuilt_byte_exact_by_its_row(
+    spark, tmp_path: Path, version: str
+) -> None:
+    """``--broker-version`` the broker's own release: its row of the release table writes the broker's files."""
+    store = harness_store(version, "dledger")
+    cfg = dataclasses.replace(load_broker_config(store / "broker.conf"), brokerVersion=version)
+    rebuild(Run(spark, cfg), str(store / "store"), str(tmp_path / "out"))
+    assert_same_index(store / "store", tmp_path / "out")
+    assert store_files(tmp_path / "out", "dledger-n0/index") == store_files(store / "store", "dledger-n0/index")
+    assert (
+        json.loads((tmp_path / "out" / "rebuild.json").read_text())["broker_rules"]["name"] == rules_for(version).name
+    )
 
 
 def committed_index(store: Path) -> int:

@@ -68,7 +68,8 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "doublewrite-lmq": ({"rocksdbCQDoubleWriteEnable": "true", "combineCQUseRocksdbForLmq": "true"}, ("5.5.0",)),
     "kill9": ({}, CORE_VERSIONS),
     "upgraded": ({}, ("5.5.0", "5.3.3")),
-    "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
+    # one release of each 5.x line, and 4.9.7
+    "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7", "5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
     "dledger-mixed": (DLEDGER_SETTINGS, ("5.5.0",)),
     # Timers.java instead of the workload: timers and delay levels still pending at the stop, behind 2,080-byte
