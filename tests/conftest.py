@@ -47,15 +47,12 @@ def find_shared(name: str) -> Path | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def spark():
-    from pyspark.sql import SparkSession
-
+    """The worker's one Spark session, made before its first test: a verb run in-process reuses it (made later, it
+    would reuse the verb's local[*] session instead)."""
     from jobs.runtime.session import spark_session
 
-    earlier = SparkSession.getActiveSession()  # a verb run in-process before (its local[*] would be reused)
-    if earlier is not None:
-        earlier.stop()
     session, _ = spark_session("rmqstore-tests", master="local[2]", overrides=["spark.sql.shuffle.partitions=4"])
     yield session
     session.stop()
