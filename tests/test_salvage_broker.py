@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from storelib.broker.detection import BROKER_TOPICS
 from tests.broker.harness import read_properties, served, served_queues
-from tests.reference import walk_commitlog
+from tests.reference import Record, walk_commitlog
 from tests.storecopy import run_cli
 
 pytestmark = pytest.mark.broker
@@ -41,52 +42,130 @@ def _queues(lines: list[dict]) -> dict[tuple[str, int], Queue]:
     return out
 
 
-def _zero(root: Path, segment: int, at: int) -> tuple[int, int]:
-    """4 KiB of zeros at file offset ``at`` of commitlog segment number ``segment``; the commitlog range zeroed."""
-    seg = sorted((root / "commitlog").iterdir())[segment]
+def _workload(r: Record) -> bool:
+    """A record of a topic the workload sends (salvage refuses the broker's own: timers, delays, transactions)."""
+    return r.topic not in BROKER_TOPICS and not r.topic.startswith("rmq_sys_")
+
+
+def _sector(root: Path) -> tuple[Path, int]:
+    """Where 4 KiB are zeroed: from the BODYCRC of the first record at file offset 4,096 or later of the last
+    segment (else the one before) such that the 4 KiB lie before the last record and every record they touch is a
+    workload record. Zeros that start inside a record's properties would leave it framing: neither the broker nor
+    the scan could tell it damaged (without a ``__CRC32#`` to check), so the range starts inside a header."""
+    records = list(walk_commitlog(root / "commitlog"))
+    for seg in sorted((root / "commitlog").iterdir())[::-1][:2]:
+        base = int(seg.name)
+        for r in (r for r in records if base + SECTOR <= r.offset < records[-1].offset - SECTOR):
+            lo, hi = r.offset + 8, r.offset + 8 + SECTOR
+            if all(_workload(x) for x in records if x.offset < hi and x.offset + x.total_size > lo):
+                return seg, lo - base
+    raise AssertionError(f"{root}: no 4 KiB of workload records in the last two segments")
+
+
+def _zero_a_sector(root: Path) -> tuple[int, int]:
+    """4 KiB of zeros inside the last segment (``_sector``), ``abort`` left behind: the commitlog range zeroed."""
+    seg, at = _sector(root)
     with seg.open("r+b") as f:
         f.seek(at)
         f.write(bytes(SECTOR))
+    (root / "abort").touch()
     return int(seg.name) + at, int(seg.name) + at + SECTOR
 
 
-@pytest.mark.parametrize(("segment", "at"), [(-1, 24_576)])
-def test_a_zeroed_sector_in_the_recovery_window_costs_only_its_messages(
-    spark, tmp_path: Path, capsys, segment: int, at: int
+def _flip_a_body_byte(root: Path, segment: int) -> tuple[int, int]:
+    """The first body byte of the first workload record at file offset 4,096 or later of segment number ``segment``,
+    flipped (its BODYCRC no longer matches): the commitlog range of that byte."""
+    seg = sorted((root / "commitlog").iterdir())[segment]
+    base = int(seg.name)
+    r = next(r for r in walk_commitlog(root / "commitlog") if r.offset >= base + SECTOR and r.body and _workload(r))
+    hosts = (20 if r.sys_flag & 0x10 else 8) + (20 if r.sys_flag & 0x20 else 8)  # BORNHOST, STOREHOST (IPv6: 20)
+    at = r.offset + 48 + hosts + 8 + 12 + 4  # BORNTIMESTAMP's end, hosts, STORETIMESTAMP, 4+8 bytes, BODYLENGTH
+    with seg.open("r+b") as f:
+        f.seek(at - base)
+        (byte,) = f.read(1)
+        f.seek(at - base)
+        f.write(bytes([byte ^ 0xFF]))
+    return at, at + 1
+
+
+def body_byte_in_window(root: Path) -> tuple[int, int]:
+    """A flipped body byte in the last segment, ``abort`` left behind: crash recovery walks it."""
+    (root / "abort").touch()
+    return _flip_a_body_byte(root, -1)
+
+
+def body_byte_outside_window(root: Path) -> tuple[int, int]:
+    """A flipped body byte in segment 5, clean shutdown: no recovery walks it, the broker serves it as if sound."""
+    return _flip_a_body_byte(root, 5)
+
+
+def _changed(built: Path, copy: Path, lo: int, hi: int) -> set[int]:
+    """The commitlog offsets of the records of ``built`` that overlap [lo, hi) and whose bytes differ in ``copy``
+    (zeros over zeros change nothing)."""
+    out = set()
+    for r in walk_commitlog(built / "commitlog"):
+        if r.offset < hi and r.offset + r.total_size > lo:
+            seg = max(p for p in (built / "commitlog").iterdir() if int(p.name) <= r.offset)
+            at = r.offset - int(seg.name)
+            old = seg.read_bytes()[at : at + r.total_size]
+            if (copy / "commitlog" / seg.name).read_bytes()[at : at + r.total_size] != old:
+                out.add(r.offset)
+    return out
+
+
+#: damage -> (what it does to a store copy, whether the broker's own recovery walks it)
+DAMAGES = {
+    "zeroed-sector": (_zero_a_sector, True),
+    "body-byte-in-window": (body_byte_in_window, True),
+    "body-byte-outside-window": (body_byte_outside_window, False),
+}
+CASES = [
+    ("5.5.0", "default", "zeroed-sector"),
+    ("5.5.0", "crc", "zeroed-sector"),
+    ("5.3.3", "default", "zeroed-sector"),
+    ("4.9.7", "default", "zeroed-sector"),
+    ("5.5.0", "default", "body-byte-in-window"),
+    ("5.5.0", "default", "body-byte-outside-window"),
+]
+
+
+@pytest.mark.parametrize(("version", "variant", "damage"), CASES)
+def test_salvage_costs_only_the_damaged_messages(
+    spark, tmp_path: Path, capsys, version: str, variant: str, damage: str
 ) -> None:
-    """5.5.0 store, 4 KiB zeroed at file offset 24,576 of the last segment, ``abort`` present. The broker alone
-    truncates the log at the first damaged record and loses every message after it. ``recover --salvage --apply``
-    writes a tombstone where each damaged message was (its queue, queue offset and size) and fillers elsewhere;
-    then the broker serves every sound message at its queue offset (the same record: commitlog offset and msgId),
-    a tombstone (no UNIQ_KEY, its SALVAGED property) at each damaged message's queue offset, and no damaged message.
-    The damaged range's old bytes are in the backup with a manifest."""
+    """A store of the real broker takes the damage. Inside the broker's recovery window the broker alone truncates
+    the log at the first damaged record and loses every message after it; outside it serves the damaged message as
+    if sound. ``recover --salvage --apply`` writes a tombstone where each damaged message was (its queue, queue
+    offset and size); then the broker serves every sound message at its queue offset (the same record: commitlog
+    offset and msgId), a tombstone at each damaged message's queue offset (its topic, its offset, not its msgId),
+    and no damaged message. The damaged range's old bytes are in the backup with a manifest."""
     from tests.broker.fixtures import harness_store
 
-    built = harness_store("5.5.0", "default")
+    built = harness_store(version, variant)
     settings = read_properties(built / "broker.conf")
     queues = served_queues(built / "store")
     copy = tmp_path / "broker" / "store"
     shutil.copytree(built / "store", copy, ignore=shutil.ignore_patterns("lock"))
     shutil.copyfile(built / "broker.conf", copy.parent / "broker.conf")
-    lo, hi = _zero(copy, segment, at)
-    (copy / "abort").touch()
-    touched = {
-        r.offset
-        for r in walk_commitlog(built / "store" / "commitlog")
-        if r.offset < hi and r.offset + r.total_size > lo
-    }
+    make, walked = DAMAGES[damage]
+    lo, hi = make(copy)
+    touched = _changed(built / "store", copy, lo, hi)
     damaged = tmp_path / "damaged" / "store"
     shutil.copytree(copy, damaged)
 
-    sound = _queues(served("5.5.0", built / "store", settings, queues))
-    alone = _queues(served("5.5.0", damaged, settings, queues))
+    sound = _queues(served(version, built / "store", settings, queues))
+    alone = _queues(served(version, damaged, settings, queues))
     kept_alone = sum(m in set(alone[q].messages) for q, v in sound.items() for m in v.messages if m[0] not in touched)
+    served_lost = sum(m in set(alone[q].messages) for q, v in sound.items() for m in v.messages if m[0] in touched)
     total = sum(len(v.messages) for v in sound.values())
     lost = sum(m[0] in touched for v in sound.values() for m in v.messages)
-    assert kept_alone < total - lost  # the damage lies in the broker's recovery window: it truncates
+    if walked:
+        assert kept_alone < total - lost  # the damage lies in the broker's recovery window: it truncates
+    else:
+        assert (kept_alone, served_lost) == (total - lost, lost)  # the damaged message served as if sound
 
     argv = ["recover", "--store", str(copy), "--broker-config", str(copy.parent / "broker.conf")]
-    argv += ["--broker-version", "5.5.0", "--salvage", "--backup-dir", str(tmp_path / "backup")]
+    argv += ["--broker-version", version, "--salvage", "--backup-dir", str(tmp_path / "backup")]
     assert run_cli(argv) == 0
     said = capsys.readouterr().out
     assert "dry run; nothing was changed" in said
@@ -94,7 +173,7 @@ def test_a_zeroed_sector_in_the_recovery_window_costs_only_its_messages(
     said = capsys.readouterr().out
     assert "tombstone of" in said and "exit code 0" in said
 
-    after = _queues(served("5.5.0", copy, settings, queues))
+    after = _queues(served(version, copy, settings, queues))
     assert after.keys() == sound.keys()
     for q, v in sound.items():
         assert after[q].bounds == v.bounds and len(after[q].messages) == len(v.messages), q
@@ -110,10 +189,12 @@ def test_a_zeroed_sector_in_the_recovery_window_costs_only_its_messages(
     assert {r["offset"] for r in rng["records"] if r["written"] == "tombstone"} == touched & {
         m[0] for v in sound.values() for m in v.messages
     }
-    old = (tmp_path / "backup" / rng["bytes"]).read_bytes()
-    assert old[lo - rng["start"] : hi - rng["start"]] == bytes(SECTOR) and len(old) == rng["end"] - rng["start"]
+    base = int(Path(rng["file"]).name)
+    old = (damaged / rng["file"]).read_bytes()[rng["start"] - base : rng["end"] - base]
+    assert (tmp_path / "backup" / rng["bytes"]).read_bytes() == old
     with capsys.disabled():  # the figures of docs/salvage.md's table
-        print(f"\nsalvage: {total} messages served, {lost} damaged, broker alone kept {kept_alone}, after all")
+        print(f"\nsalvage {version} {variant} {damage}: [{lo}, {hi}): {total} units served, {lost} damaged; ", end="")
+        print(f"broker alone: {kept_alone} of {total - lost} sound, {served_lost} damaged; after salvage: all sound")
 
 
 def test_a_filler_is_walked_over_by_the_recovery_and_dispatched_nowhere(tmp_path: Path) -> None:

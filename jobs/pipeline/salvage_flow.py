@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +27,28 @@ from jobs.pipeline.liveness import local_path
 from jobs.pipeline.rebuild_flow import rebuild
 from jobs.pipeline.recover_flow import check_stopped, plan
 from jobs.pipeline.transaction import apply
+from storelib.broker.config import BrokerConfig
+from storelib.broker.dispatch import lmq_targets
 from storelib.broker.resync import DAMAGED_RECORDS, read_what_is_left
 from storelib.broker.salvage import SalvageRecord, Unit, fill
-from storelib.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from storelib.constants import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+)
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 from storelib.findings import Finding, is_divergence
+from storelib.formats.commitlog import decode_message, parse_properties
 from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
 from storelib.reports.verdict import closing_line
 
 SALVAGE_DIR = "salvage"
+CRC_MISMATCH = "crc-mismatch"
+CQ_DAMAGED = "cq-damaged-entries"
+#: what salvage rewrites: byte ranges that do not frame, records that frame but whose BODYCRC does not match
+SALVAGED_KINDS = (DAMAGED_RECORDS, CRC_MISMATCH)
 _UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 
@@ -65,21 +78,49 @@ class Salvage:
 
 
 def holes(result: AuditResult) -> list[Finding]:
-    return [f for f in result.findings if f.kind == DAMAGED_RECORDS]
+    """The findings salvage rewrites the records of."""
+    return [f for f in result.findings if f.kind in SALVAGED_KINDS]
 
 
-def live_units(root: Path, findings: list[Finding], start: int, end: int) -> list[Unit]:
-    """The units of the live ConsumeQueues the audit named (``cq-damaged-entries``) that point into [start, end)."""
-    queues = {(f.topic, f.queue_id) for f in findings if f.kind == "cq-damaged-entries" and f.topic is not None}
+def live_units(root: Path, queues: set[tuple[str, int]], start: int, end: int) -> list[Unit]:
+    """The units of the live ConsumeQueues ``queues`` that point into [start, end)."""
     out = []
-    for topic, queue_id in sorted(queues, key=str):
-        assert queue_id is not None
-        for path in sorted((root / queue_dir(topic, queue_id, CONSUMEQUEUE)).iterdir()):
+    for topic, queue_id in sorted(queues):
+        directory = root / queue_dir(topic, queue_id, CONSUMEQUEUE)
+        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
             units = np.fromfile(path, dtype=_UNIT)
             hit = np.flatnonzero((units["offset"] >= start) & (units["offset"] < end) & (units["size"] > 0))
             first = int(path.name) // _UNIT.itemsize
             out += [Unit(topic, queue_id, first + int(i), int(units["offset"][i]), int(units["size"][i])) for i in hit]
     return out
+
+
+def damaged_queues(findings: list[Finding]) -> set[tuple[str, int]]:
+    """The queues the audit named with units pointing into damaged records (``cq-damaged-entries``)."""
+    return {
+        (f.topic, f.queue_id)
+        for f in findings
+        if f.kind == CQ_DAMAGED and f.topic is not None and f.queue_id is not None
+    }
+
+
+def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int, int, set[tuple[str, int]]]:
+    """A record that frames but whose BODYCRC does not match: its range and the queues its header and LMQ
+    properties name (where its units are looked for)."""
+    with seg.open("rb") as f:
+        f.seek(offset - base)
+        (total,) = struct.unpack(">i", f.read(4))
+        f.seek(offset - base)
+        m = decode_message(f.read(total), 0, str(seg))
+    props = parse_properties(m.properties)
+    lmq = lmq_targets(
+        cfg,
+        m.topic,
+        m.queue_id,
+        props.get(PROPERTY_INNER_MULTI_DISPATCH, ""),
+        props.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET, ""),
+    )
+    return offset, offset + total, {(m.topic, m.queue_id), *((name, qid) for name, qid, _ in lmq)}
 
 
 def store_timestamp(seg: Path, base: int, end: int) -> int:
@@ -96,17 +137,25 @@ def store_timestamp(seg: Path, base: int, end: int) -> int:
     raise Refused(f"{seg}: no sound record to take a store timestamp from")
 
 
-def plan_salvage(root: Path, result: AuditResult, file_size: int) -> list[Salvage]:
-    """One Salvage per damaged range of the audit; Refused when one cannot be filled."""
+def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Salvage]:
+    """One Salvage per damaged range (``damaged-records``) and per record whose BODYCRC does not match
+    (``crc-mismatch``); Refused when one cannot be filled."""
     out = []
-    for h in holes(result):
-        assert h.commitlog_offset is not None and h.count is not None
-        start, end = h.commitlog_offset, h.commitlog_offset + h.count
+    for h in [f for f in result.findings if f.kind in SALVAGED_KINDS]:
+        assert h.commitlog_offset is not None
         seg = root / h.file
         base = int(seg.name)
-        if end - base > file_size:
+        if h.kind == DAMAGED_RECORDS:
+            assert h.count is not None
+            start, end = h.commitlog_offset, h.commitlog_offset + h.count
+            queues = damaged_queues(result.findings)
+        else:
+            start, end, queues = crc_range(seg, base, h.commitlog_offset, cfg)
+        if end - base > cfg.mappedFileSizeCommitLog:
             raise Refused(f"{h.file}: the damaged range {start} to {end} crosses the segment's end: not salvaged")
-        units = live_units(root, result.findings, start, end)
+        units = live_units(root, queues, start, end)
+        if h.kind == CRC_MISMATCH and not units:
+            raise Refused(f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {start}")
         records, new = fill(start, end, units, store_timestamp(seg, base, end))
         with seg.open("rb") as f:
             f.seek(start - base)
@@ -184,8 +233,10 @@ def salvage(run: Run, store: str, before: AuditResult, backup: Path | None, repo
     them in one transaction, keep the old bytes in the backup and audit the store again. The exit code."""
     if before.exit_code == EXIT_CANNOT:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
+    if run.cfg.forceVerifyPropCRC:
+        raise Refused("forceVerifyPropCRC: the broker's recovery wants a __CRC32# property salvage records do not have")
     root = local_path(store)
-    salvages = plan_salvage(root, before, run.cfg.mappedFileSizeCommitLog)
+    salvages = plan_salvage(root, before, run.cfg)
     if not salvages:
         print("recover --salvage: no damaged records to salvage")
         return EXIT_OK
