@@ -15,12 +15,14 @@ import pytest
 
 from storelib.broker.detection import BROKER_TOPICS
 from tests.broker.harness import read_properties, served, served_queues
-from tests.reference import Record, walk_commitlog
+from tests.reference import Record, store_files, walk_commitlog
 from tests.storecopy import run_cli
 
 pytestmark = pytest.mark.broker
 
 SECTOR = 4096
+#: what the undo must put back as the damage left it
+UNDONE = ("commitlog", "consumequeue", "index", "config")
 
 
 @dataclasses.dataclass
@@ -138,7 +140,8 @@ def test_salvage_costs_only_the_damaged_messages(
     if sound. ``recover --salvage --apply`` writes a tombstone where each damaged message was (its queue, queue
     offset and size); then the broker serves every sound message at its queue offset (the same record: commitlog
     offset and msgId), a tombstone at each damaged message's queue offset (its topic, its offset, not its msgId),
-    and no damaged message. The damaged range's old bytes are in the backup with a manifest."""
+    and no damaged message. The damaged range's old bytes are in the backup with a manifest; the undo puts the
+    damaged store back."""
     from tests.broker.fixtures import harness_store
 
     built = harness_store(version, variant)
@@ -192,6 +195,11 @@ def test_salvage_costs_only_the_damaged_messages(
     base = int(Path(rng["file"]).name)
     old = (damaged / rng["file"]).read_bytes()[rng["start"] - base : rng["end"] - base]
     assert (tmp_path / "backup" / rng["bytes"]).read_bytes() == old
+    assert run_cli(["recover", "--store", str(copy), "--undo", str(tmp_path / "backup")]) == 0
+    assert store_files(copy, "commitlog", "consumequeue", "index") == store_files(
+        damaged, "commitlog", "consumequeue", "index"
+    )
+    assert (copy / "checkpoint").read_bytes() == (damaged / "checkpoint").read_bytes()
     with capsys.disabled():  # the figures of docs/salvage.md's table
         print(f"\nsalvage {version} {variant} {damage}: [{lo}, {hi}): {total} units served, {lost} damaged; ", end="")
         print(f"broker alone: {kept_alone} of {total - lost} sound, {served_lost} damaged; after salvage: all sound")
