@@ -108,3 +108,16 @@ def test_a_range_that_cannot_be_filled_is_refused_and_said(units: list[Unit], sa
 def test_a_tombstone_smaller_than_its_fields_is_refused() -> None:
     with pytest.raises(Refused, match="too few for a tombstone of T/0"):
         fill(10_000, 10_100, [Unit("T", 0, 1, 10_000, 100)], TS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "hinted"), [("damaged-records", True), ("crc-mismatch", True), ("crc-property-mismatch", False)]
+)
+def test_the_plan_points_damaged_records_to_salvage(kind: str, hinted: bool) -> None:
+    """recover's plan leaves damaged records alone and names the option that rewrites them."""
+    from storelib.findings import finding
+    from storelib.reports.plan import recover_plan
+
+    f = finding(kind, "commitlog/00000000000000000000", "damage", commitlog_offset=10)
+    (note,) = recover_plan([f], [], {}, truncate=False).notes
+    assert ("recover --salvage" in note) == hinted and note.startswith(f"{kind} commitlog/")

@@ -38,7 +38,7 @@ from storelib.constants import (
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
 )
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
-from storelib.findings import Finding, is_divergence
+from storelib.findings import KINDS, Finding, is_divergence
 from storelib.formats.commitlog import decode_message, parse_properties
 from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
@@ -47,8 +47,7 @@ from storelib.reports.verdict import closing_line
 SALVAGE_DIR = "salvage"
 CRC_MISMATCH = "crc-mismatch"
 CQ_DAMAGED = "cq-damaged-entries"
-#: what salvage rewrites: byte ranges that do not frame, records that frame but whose BODYCRC does not match
-SALVAGED_KINDS = (DAMAGED_RECORDS, CRC_MISMATCH)
+
 _UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 
@@ -79,7 +78,7 @@ class Salvage:
 
 def holes(result: AuditResult) -> list[Finding]:
     """The findings salvage rewrites the records of."""
-    return [f for f in result.findings if f.kind in SALVAGED_KINDS]
+    return [f for f in result.findings if KINDS[f.kind].salvaged]
 
 
 def live_units(root: Path, queues: set[tuple[str, int]], start: int, end: int) -> list[Unit]:
@@ -141,7 +140,7 @@ def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Sal
     """One Salvage per damaged range (``damaged-records``) and per record whose BODYCRC does not match
     (``crc-mismatch``); Refused when one cannot be filled."""
     out = []
-    for h in [f for f in result.findings if f.kind in SALVAGED_KINDS]:
+    for h in holes(result):
         assert h.commitlog_offset is not None
         seg = root / h.file
         base = int(seg.name)
