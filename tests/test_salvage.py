@@ -121,3 +121,25 @@ def test_the_plan_points_damaged_records_to_salvage(kind: str, hinted: bool) -> 
     f = finding(kind, "commitlog/00000000000000000000", "damage", commitlog_offset=10)
     (note,) = recover_plan([f], [], {}, truncate=False).notes
     assert ("recover --salvage" in note) == hinted and note.startswith(f"{kind} commitlog/")
+
+
+@pytest.mark.parametrize(
+    ("settings", "file", "said"),
+    [
+        ({"forceVerifyPropCRC": True}, "commitlog/00000000000000000000", "forceVerifyPropCRC"),
+        ({"enableDLegerCommitLog": True}, "commitlog/00000000000000000000", "DLedger"),
+        ({}, "dledger-n0/data/00000000000000000000", "DLedger"),
+        ({"storeType": "defaultRocksDB"}, "commitlog/00000000000000000000", "RocksDB"),
+    ],
+)
+def test_salvage_refuses_the_stores_it_was_not_proven_on(settings: dict, file: str, said: str) -> None:
+    import dataclasses
+
+    from jobs.pipeline.salvage_flow import check_salvageable
+    from storelib.broker.config import BrokerConfig
+    from storelib.findings import finding
+
+    cfg = dataclasses.replace(BrokerConfig(), **settings)
+    with pytest.raises(Refused, match=said):
+        check_salvageable(cfg, [finding("damaged-records", file, "damage", commitlog_offset=0, count=200)])
+    check_salvageable(BrokerConfig(), [finding("damaged-records", "commitlog/00000000000000000000", "damage")])

@@ -1,6 +1,7 @@
-"""``rmqstore recover --salvage``: every damaged byte range the audit names (``damaged-records``) rewritten as
-salvage records (storelib.broker.salvage), so the broker's recovery truncates nothing and every sound record keeps
-its commitlog offset and queue offset; with the queue and index files rebuilt from the salvaged log.
+"""``rmqstore recover --salvage``: every damaged byte range the audit names (``damaged-records``) and every record
+whose BODYCRC does not match (``crc-mismatch``) rewritten as salvage records (storelib.broker.salvage), so the
+broker's recovery truncates nothing, every sound record keeps its commitlog offset and queue offset and no damaged
+message is served; with the queue and index files rebuilt from the salvaged log.
 
 How: the salvaged segments are written into the work directory, beside hard links of every other store file (a
 view of the store as it will be, no store byte changed); the view is rebuilt and audited; recover's transaction
@@ -40,6 +41,7 @@ from storelib.constants import (
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 from storelib.findings import KINDS, Finding, is_divergence
 from storelib.formats.commitlog import decode_message, parse_properties
+from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, decode_units
 from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
 from storelib.reports.verdict import closing_line
@@ -47,8 +49,6 @@ from storelib.reports.verdict import closing_line
 SALVAGE_DIR = "salvage"
 CRC_MISMATCH = "crc-mismatch"
 CQ_DAMAGED = "cq-damaged-entries"
-
-_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +87,9 @@ def live_units(root: Path, queues: set[tuple[str, int]], start: int, end: int) -
     for topic, queue_id in sorted(queues):
         directory = root / queue_dir(topic, queue_id, CONSUMEQUEUE)
         for path in sorted(directory.iterdir()) if directory.is_dir() else []:
-            units = np.fromfile(path, dtype=_UNIT)
+            units = decode_units(path.read_bytes())
             hit = np.flatnonzero((units["offset"] >= start) & (units["offset"] < end) & (units["size"] > 0))
-            first = int(path.name) // _UNIT.itemsize
+            first = int(path.name) // CQ_STORE_UNIT_SIZE
             out += [Unit(topic, queue_id, first + int(i), int(units["offset"][i]), int(units["size"][i])) for i in hit]
     return out
 
@@ -123,8 +123,9 @@ def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int
 
 
 def store_timestamp(seg: Path, base: int, end: int) -> int:
-    """The STORETIMESTAMP of the sound record at ``end`` (the next after the damage), else of the segment's first
-    record: salvage records are stored no earlier than the records around them."""
+    """The STORETIMESTAMP of the sound record at ``end`` (the next after the damage), else (the damage runs to the
+    segment's end-of-file BLANK) of the segment's first record: the broker's crash recovery picks its start segment
+    by its first record's store time, so a salvage record there never moves the start later."""
     with seg.open("rb") as f:
         for at in (end - base, 0):
             f.seek(at)
@@ -189,12 +190,19 @@ def view_steps(run: Run, view: Path, rebuilt: Path, salvages: list[Salvage], rep
     checked = audit(run, str(view), str(rebuilt), report)
     if holes(checked):
         raise Refused("the salvaged view still has damaged records: " + holes(checked)[0].message)
+    planned = plan(checked, truncate_torn_tail=False)
+    if planned.stopping:
+        queue, at = next(iter(planned.stopping.items()))
+        raise Refused(
+            f"{queue}: the rebuilt queue of the salvaged store has no unit for queue offset {at} (a live unit points "
+            "at a record salvage wrote for no queue of its own): not salvaged"
+        )
     steps = []
     for file in sorted({s.file for s in salvages}):
         (rebuilt / SALVAGE_DIR / file).parent.mkdir(parents=True, exist_ok=True)
         os.link(view / file, rebuilt / SALVAGE_DIR / file)
         steps.append(Step("replace", file, DAMAGED_RECORDS, source=f"{SALVAGE_DIR}/{file}"))
-    return steps + list(plan(checked, truncate_torn_tail=False).steps)
+    return steps + list(planned.steps)
 
 
 def keep_old_bytes(backup: Path, salvages: list[Salvage]) -> None:
@@ -227,18 +235,28 @@ def _record_entry(r: SalvageRecord, old: np.ndarray, start: int) -> dict[str, ob
     return entry
 
 
+def check_salvageable(cfg: BrokerConfig, damaged: list[Finding]) -> None:
+    """Refused for the stores salvage was not proven on: DLedger entries, RocksDB ConsumeQueues, and brokers whose
+    recovery wants a ``__CRC32#`` property (``forceVerifyPropCRC``)."""
+    if cfg.forceVerifyPropCRC:
+        raise Refused("forceVerifyPropCRC: the broker's recovery wants a __CRC32# property salvage records do not have")
+    if cfg.enableDLegerCommitLog or any(not f.file.startswith("commitlog/") for f in damaged):
+        raise Refused("salvage rewrites commitlog/ records; DLedger entries are not salvaged")
+    if cfg.rocksdb_consume_queue:
+        raise Refused("salvage reads the live units of file ConsumeQueues; this store's are in RocksDB")
+
+
 def salvage(run: Run, store: str, before: AuditResult, backup: Path | None, report: str | None) -> int:
     """Print the salvage of every damaged range and the steps that apply it; with ``backup`` (--apply) apply
     them in one transaction, keep the old bytes in the backup and audit the store again. The exit code."""
     if before.exit_code == EXIT_CANNOT:
         raise Refused("the store could not be audited: " + "; ".join(f.message for f in before.findings[:3]))
-    if run.cfg.forceVerifyPropCRC:
-        raise Refused("forceVerifyPropCRC: the broker's recovery wants a __CRC32# property salvage records do not have")
-    root = local_path(store)
-    salvages = plan_salvage(root, before, run.cfg)
-    if not salvages:
+    if not holes(before):
         print("recover --salvage: no damaged records to salvage")
         return EXIT_OK
+    check_salvageable(run.cfg, holes(before))
+    root = local_path(store)
+    salvages = plan_salvage(root, before, run.cfg)
     for s in salvages:
         print("\n".join(s.lines()))
     with run.work_dir(str(root), same_filesystem=True) as uri:
