@@ -49,29 +49,40 @@ def _workload(r: Record) -> bool:
     return r.topic not in BROKER_TOPICS and not r.topic.startswith("rmq_sys_")
 
 
-def _sector(root: Path) -> tuple[Path, int]:
-    """Where 4 KiB are zeroed: from the BODYCRC of the first record at file offset 4,096 or later of the last
-    segment (else the one before) such that the 4 KiB lie before the last record and every record they touch is a
-    workload record. Zeros that start inside a record's properties would leave it framing: neither the broker nor
-    the scan could tell it damaged (without a ``__CRC32#`` to check), so the range starts inside a header."""
+def _sector(root: Path, segments: list[Path]) -> tuple[Path, int]:
+    """Where 4 KiB are zeroed: from the BODYCRC of the first record at file offset 4,096 or later of the first of
+    ``segments`` that has one such that the 4 KiB lie inside the segment and every record they touch is a workload
+    record. Zeros that start inside a record's properties would leave it framing: neither the broker nor the scan
+    could tell it damaged (without a ``__CRC32#`` to check), so the range starts inside a header."""
     records = list(walk_commitlog(root / "commitlog"))
-    for seg in sorted((root / "commitlog").iterdir())[::-1][:2]:
+    for seg in segments:
         base = int(seg.name)
-        for r in (r for r in records if base + SECTOR <= r.offset < records[-1].offset - SECTOR):
+        end = min(base + seg.stat().st_size, records[-1].offset) - SECTOR
+        for r in (r for r in records if base + SECTOR <= r.offset < end):
             lo, hi = r.offset + 8, r.offset + 8 + SECTOR
             if all(_workload(x) for x in records if x.offset < hi and x.offset + x.total_size > lo):
                 return seg, lo - base
-    raise AssertionError(f"{root}: no 4 KiB of workload records in the last two segments")
+    raise AssertionError(f"{root}: no 4 KiB of workload records in {[s.name for s in segments]}")
 
 
-def _zero_a_sector(root: Path) -> tuple[int, int]:
-    """4 KiB of zeros inside the last segment (``_sector``), ``abort`` left behind: the commitlog range zeroed."""
-    seg, at = _sector(root)
+def _zero(seg: Path, at: int) -> tuple[int, int]:
+    """4 KiB of zeros at file offset ``at`` of ``seg``: the commitlog range zeroed."""
     with seg.open("r+b") as f:
         f.seek(at)
         f.write(bytes(SECTOR))
-    (root / "abort").touch()
     return int(seg.name) + at, int(seg.name) + at + SECTOR
+
+
+def sector_in_window(root: Path) -> tuple[int, int]:
+    """4 KiB of zeros inside the last segment (else the one before), ``abort`` left behind: crash recovery walks it."""
+    (root / "abort").touch()
+    return _zero(*_sector(root, sorted((root / "commitlog").iterdir())[::-1][:2]))
+
+
+def sector_outside_window(root: Path) -> tuple[int, int]:
+    """4 KiB of zeros inside segment 5, clean shutdown: no recovery walks it; the broker serves the units that point
+    into it, and a pull that reaches one loses the sound messages after it in its result."""
+    return _zero(*_sector(root, [sorted((root / "commitlog").iterdir())[5]]))
 
 
 def _flip_a_body_byte(root: Path, segment: int) -> tuple[int, int]:
@@ -115,17 +126,20 @@ def _changed(built: Path, copy: Path, lo: int, hi: int) -> set[int]:
     return out
 
 
-#: damage -> (what it does to a store copy, whether the broker's own recovery walks it)
+#: damage -> (what it does to a store copy, what the broker alone does: "truncates" the log, serves the damaged
+#: records "as sound", or "breaks" the pulls that reach them)
 DAMAGES = {
-    "zeroed-sector": (_zero_a_sector, True),
-    "body-byte-in-window": (body_byte_in_window, True),
-    "body-byte-outside-window": (body_byte_outside_window, False),
+    "zeroed-sector": (sector_in_window, "truncates"),
+    "zeroed-sector-outside-window": (sector_outside_window, "breaks"),
+    "body-byte-in-window": (body_byte_in_window, "truncates"),
+    "body-byte-outside-window": (body_byte_outside_window, "as sound"),
 }
 CASES = [
     ("5.5.0", "default", "zeroed-sector"),
     ("5.5.0", "crc", "zeroed-sector"),
     ("5.3.3", "default", "zeroed-sector"),
     ("4.9.7", "default", "zeroed-sector"),
+    ("5.5.0", "default", "zeroed-sector-outside-window"),
     ("5.5.0", "default", "body-byte-in-window"),
     ("5.5.0", "default", "body-byte-outside-window"),
 ]
@@ -150,7 +164,7 @@ def test_salvage_costs_only_the_damaged_messages(
     copy = tmp_path / "broker" / "store"
     shutil.copytree(built / "store", copy, ignore=shutil.ignore_patterns("lock"))
     shutil.copyfile(built / "broker.conf", copy.parent / "broker.conf")
-    make, walked = DAMAGES[damage]
+    make, alone_does = DAMAGES[damage]
     lo, hi = make(copy)
     touched = _changed(built / "store", copy, lo, hi)
     damaged = tmp_path / "damaged" / "store"
@@ -162,10 +176,10 @@ def test_salvage_costs_only_the_damaged_messages(
     served_lost = sum(m in set(alone[q].messages) for q, v in sound.items() for m in v.messages if m[0] in touched)
     total = sum(len(v.messages) for v in sound.values())
     lost = sum(m[0] in touched for v in sound.values() for m in v.messages)
-    if walked:
-        assert kept_alone < total - lost  # the damage lies in the broker's recovery window: it truncates
-    else:
-        assert (kept_alone, served_lost) == (total - lost, lost)  # the damaged message served as if sound
+    if alone_does == "as sound":
+        assert (kept_alone, served_lost) == (total - lost, lost)
+    else:  # the log truncated at the damage, or pulls that stop at a damaged unit
+        assert kept_alone < total - lost
 
     argv = ["recover", "--store", str(copy), "--broker-config", str(copy.parent / "broker.conf")]
     argv += ["--broker-version", version, "--salvage", "--backup-dir", str(tmp_path / "backup")]
