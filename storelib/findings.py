@@ -81,6 +81,7 @@ class Kind:
     index_build: bool = False  # found building the index, not scanning the commitlog: the audit takes rebuild.json's
     at_start: str = ""  # (timers, delay levels, damaged records) what the broker does with it when it starts
     truncation: bool = False  # the broker's recovery truncates the log there (report.json's verdict.truncate)
+    salvaged: bool = False  # ``rmqstore recover --salvage`` rewrites the records concerned (docs/salvage.md)
 
     @property
     def blocks_recover(self) -> bool:
@@ -244,6 +245,7 @@ KINDS: dict[str, Kind] = {
         record_damage=True,
         kept=True,
         recovery=BODY_CRC,
+        salvaged=True,
     ),
     "crc-property-mismatch": Kind(
         _LOG,
@@ -268,6 +270,7 @@ KINDS: dict[str, Kind] = {
         recovery=STOPS,
         at_start="recovery, when it walks them, stops at them and truncates the log; outside its walk the broker "
         "serves the queue units that point into them",
+        salvaged=True,
     ),
     "bad-delay-level": Kind(
         _LOG,

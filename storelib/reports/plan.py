@@ -75,11 +75,16 @@ def recover_plan(
     if any(not _timer_step(s) for s in steps) or any(KINDS[f.kind].by_checkpoint for f in findings):
         steps.append(Step("replace", CHECKPOINT, "checkpoint for the rebuilt index"))
     notes += [
-        f"{f.kind} {f.file}: not something recover changes ({f.message})"
+        f"{f.kind} {f.file}: not something recover changes ({f.message})" + _salvage_hint(f)
         for f in findings
         if is_divergence(f) and not is_repairable(f) and not blocks_recover(f)
     ]
     return Plan(tuple(steps), dict(stopping), tuple(notes))
+
+
+def _salvage_hint(f: Finding) -> str:
+    """For damaged records: the option that rewrites them."""
+    return "; recover --salvage rewrites them (docs/salvage.md)" if KINDS[f.kind].salvaged else ""
 
 
 def _timer_step(s: Step) -> bool:
