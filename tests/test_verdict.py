@@ -245,3 +245,14 @@ def test_the_checkpoint_step_appears_only_where_it_averts_the_truncation() -> No
     assert v["recover"]["possible"] is False and v["recover"]["why_not"] == "nothing for recover to change"
     assert [r["kind"] for r in v["recover"]["remains"]] == ["recovery-would-truncate-after-recover"]
     assert recover_plan([unfixed], [], {}, truncate=False).steps == ()
+
+
+def test_damaged_records_get_the_salvage_command_beside_recover_s() -> None:
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700)
+    advice = verdict(typed(report_of(hole.to_dict())))["recover"]
+    assert advice["salvage"] == [
+        "rmqstore recover --store '/data/store a' --salvage",
+        "rmqstore recover --store '/data/store a' --salvage --apply",
+    ]
+    torn = finding("commitlog-torn-tail", "commitlog/00000000000000000000", "torn", file_offset=700)
+    assert verdict(typed(report_of(torn.to_dict())))["recover"]["salvage"] == []  # nothing it rewrites

@@ -36,6 +36,11 @@ def verdict_lines(report: AuditReport) -> list[str]:
         lines.append(f"      backs up every file it changes to {advice['backup']}, repairs, audits again")
     else:
         lines.append(f"NEXT: {advice['why_not']}")
+    if advice["salvage"]:
+        dry, apply_ = advice["salvage"]
+        lines.append("SALVAGE the damaged records instead of losing what follows them (docs/salvage.md):")
+        lines.append(f"  {dry}")
+        lines.append(f"  {apply_}")
     return lines
 
 

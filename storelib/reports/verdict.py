@@ -220,6 +220,18 @@ def recover_commands(report: AuditReport) -> list[str]:
     return [dry, dry + " --apply"]
 
 
+def salvage_commands(report: AuditReport) -> list[str]:
+    """``recover --salvage``'s dry run and apply (docs/salvage.md) where a finding is one it rewrites (damaged
+    records, a record failing its CRC) and the store is local; else none."""
+    store = report.run.store
+    if "://" in store and not store.startswith("file://"):
+        return []
+    if not any(KINDS[f.kind].salvaged for f in report.findings):
+        return []
+    dry = recover_commands(report)[0] + " --salvage"
+    return [dry, dry + " --apply"]
+
+
 def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
     """Whether recover can run, why not, or the commands, the plan, where the backup goes and what stays."""
     store = report.run.store
@@ -236,6 +248,7 @@ def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
         "why_not": why_not,
         "stop_broker_first": True,
         "commands": recover_commands(report) if why_not is None else [],
+        "salvage": salvage_commands(report),
         "backup": BACKUP_DEFAULT.format(store=store.rstrip("/")),
         "steps": steps if why_not is None else [],
         "remains": remains(report, steps if why_not is None else []),
