@@ -130,7 +130,11 @@ def recover(
     check_stopped(store)
     apply(steps, store, rebuilt, backup, run.cfg)
     print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
-    after = audit(run, store, rebuilt, report_dir and join(report_dir, "after"))
+    return said_after(audit(run, store, rebuilt, report_dir and join(report_dir, "after")))
+
+
+def said_after(after: AuditResult) -> int:
+    """The audit after an apply, said: each divergence left, then the closing line; its exit code."""
     for f in after.findings:
         if is_divergence(f):
             print(f"  after: {f.severity.upper():7} {f.kind}: {f.file}: {f.message}")

@@ -26,7 +26,7 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.durable import Piece, write_durably
 from jobs.pipeline.liveness import local_path
 from jobs.pipeline.rebuild_flow import rebuild
-from jobs.pipeline.recover_flow import check_stopped, plan
+from jobs.pipeline.recover_flow import check_stopped, plan, said_after
 from jobs.pipeline.transaction import apply
 from storelib.broker.config import BrokerConfig
 from storelib.broker.dispatch import lmq_targets
@@ -39,12 +39,11 @@ from storelib.constants import (
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
 )
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
-from storelib.findings import KINDS, Finding, is_divergence
+from storelib.findings import KINDS, Finding
 from storelib.formats.commitlog import decode_message, parse_properties
 from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, decode_units
 from storelib.layout import CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
-from storelib.reports.verdict import closing_line
 
 SALVAGE_DIR = "salvage"
 CRC_MISMATCH = "crc-mismatch"
@@ -273,9 +272,4 @@ def salvage(run: Run, store: str, before: AuditResult, backup: Path | None, repo
         keep_old_bytes(backup, salvages)
         print(f"recover: applied; backup in {backup} (undo: rmqstore recover --store {store} --undo {backup})")
         after = audit(run, store, str(work / "rebuilt"), report and f"{report}/after")
-    for f in after.findings:
-        if is_divergence(f):
-            print(f"  after: {f.severity.upper():7} {f.kind}: {f.file}: {f.message}")
-    line, code = closing_line(after.report)
-    print(line)
-    return code
+    return said_after(after)
