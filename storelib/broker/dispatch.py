@@ -344,6 +344,11 @@ def property_crc(value: str) -> int | None:
     return int(value[::-1]) if value.isascii() and value.isdigit() else None
 
 
+def computed_property_crc(record: bytes | memoryview) -> int:
+    """What a record's ``__CRC32#`` must hold: CRC32 of its bytes but the last CRC32_PIECE, & Integer.MAX_VALUE."""
+    return zlib.crc32(record[: len(record) - CRC32_PIECE]) & INT32_MAX
+
+
 def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarray]) -> list[tuple[int, str]]:
     """Records holding ``__CRC32#`` whose value is not the CRC32 of their first TOTALSIZE-20 bytes."""
     start, length = crc_value
@@ -353,7 +358,7 @@ def _bad_crc_property(batch: RecordBatch, crc_value: tuple[np.ndarray, np.ndarra
     for i in np.flatnonzero(start >= 0).tolist():
         stored = property_crc(_text(batch.buf, start[i], length[i]))
         begin = int(record_start[i])
-        computed = zlib.crc32(raw[begin : begin + int(batch.total_size[i]) - CRC32_PIECE]) & INT32_MAX
+        computed = computed_property_crc(raw[begin : begin + int(batch.total_size[i])])
         if stored != computed:
             out.append((i, f"__CRC32# {stored if stored is not None else 'unreadable'} stored, {computed} computed"))
     return out

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import zlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from storelib.broker.dispatch import property_crc
-from storelib.broker.versions import CRC32_PIECE
+from storelib.broker.dispatch import computed_property_crc, property_crc
 from storelib.constants import (
     BLANK_MAGIC_CODE,
     FLAG_BORNHOST_V6,
@@ -195,8 +193,7 @@ def sound_record(a: np.ndarray, q: int, last_store_timestamp: int) -> bool:
     value = parse_properties(a[start : start + length].tobytes().decode("utf-8", "replace")).get(PROPERTY_CRC32)
     if value is None:
         return True
-    computed = zlib.crc32(a[q : q + total - CRC32_PIECE].tobytes()) & 0x7FFFFFFF
-    return property_crc(value) == computed
+    return property_crc(value) == computed_property_crc(a[q : q + total].tobytes())
 
 
 class Resync:

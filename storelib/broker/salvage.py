@@ -29,14 +29,12 @@ from collections.abc import Sequence
 from storelib.broker.detection import BROKER_TOPICS
 from storelib.constants import (
     LMQ_PREFIX,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
-    PROPERTY_SEPARATOR,
     TRANSACTION_ROLLBACK_TYPE,
 )
 from storelib.errors import Refused
-from storelib.formats.commitlog import Message, encode_message, record_length
+from storelib.formats.commitlog import Message, encode_message, format_properties, record_length
 
 #: the topic of a filler record (never dispatched: ROLLBACK type); ``%`` marks a name the broker gives itself
 FILLER_TOPIC = "%SALVAGE%"
@@ -78,7 +76,7 @@ class SalvageRecord:
             pairs.append((PROPERTY_INNER_MULTI_DISPATCH, ",".join(u.topic for u in self.lmq)))
             pairs.append((PROPERTY_INNER_MULTI_QUEUE_OFFSET, ",".join(str(u.queue_offset) for u in self.lmq)))
         pairs.append((SALVAGED, str(self.offset)))
-        return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in pairs)
+        return format_properties(pairs)
 
     def encode(self, store_timestamp: int) -> bytes:
         """The record's bytes (exactly ``size``)."""
