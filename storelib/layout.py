@@ -166,3 +166,8 @@ def inside(path: str, root: str) -> bool:
     """``path`` is ``root`` or below it (both already normalised or resolved the same way)."""
     path, root = posixpath.normpath(path), posixpath.normpath(root)
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def is_local(store: str) -> bool:
+    """A store on this host's filesystem: a plain path or a ``file://`` URI (recover changes only these)."""
+    return "://" not in store or store.startswith("file://")

@@ -22,6 +22,7 @@ from storelib.layout import (
     INDEX,
     inside,
     is_index_name,
+    is_local,
     is_valid_topic,
     parse_offset_name,
     parse_queue_id,
@@ -63,7 +64,7 @@ def real_path(uri: str) -> str:
     A path that does not exist yet resolves through its longest existing prefix. A dangling link or a link loop
     on the way cannot be resolved: BadInput, so nothing is ever written where a link might lead.
     """
-    if "://" in uri and not uri.startswith("file://"):
+    if not is_local(uri):
         return posixpath.normpath(resolve(uri)[1])
     path = os.path.join(os.getcwd(), uri.removeprefix("file://"))
     head, rest = path, []

@@ -11,11 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from storelib.layout import LOCK
-
-
-def is_local(store: str) -> bool:
-    return "://" not in store or store.startswith("file://")
+from storelib.layout import LOCK, is_local
 
 
 def local_path(store: str) -> Path:

@@ -34,11 +34,11 @@ from jobs.pipeline.backup import (
     write_manifest,
 )
 from jobs.pipeline.context import Run
-from jobs.pipeline.liveness import broker_processes, is_local, local_path, lock_held
+from jobs.pipeline.liveness import broker_processes, local_path, lock_held
 from jobs.pipeline.transaction import apply
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 from storelib.findings import blocks_recover, is_divergence
-from storelib.layout import ABORT, segment_dirs
+from storelib.layout import ABORT, is_local, segment_dirs
 from storelib.reports.plan import Plan, recover_plan
 from storelib.reports.verdict import closing_line, plan_lines
 from udfs.fs import join

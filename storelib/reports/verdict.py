@@ -14,7 +14,7 @@ from typing import Any
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
-from storelib.layout import CHECKPOINT, COMMITLOG
+from storelib.layout import CHECKPOINT, COMMITLOG, is_local
 from storelib.reports.plan import Step
 from storelib.reports.report import AuditReport, LogCounts
 
@@ -223,8 +223,7 @@ def recover_commands(report: AuditReport) -> list[str]:
 def salvage_commands(report: AuditReport) -> list[str]:
     """``recover --salvage``'s dry run and apply (docs/salvage.md) where a finding is one it rewrites (damaged
     records, a record failing its CRC) and the store is local; else none."""
-    store = report.run.store
-    if "://" in store and not store.startswith("file://"):
+    if not is_local(report.run.store):
         return []
     if not any(KINDS[f.kind].salvaged for f in report.findings):
         return []
@@ -239,7 +238,7 @@ def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
     why_not = None
     if blocking:
         why_not = "; ".join(dict.fromkeys(KINDS[k].refusal for k in blocking))
-    elif "://" in store and not store.startswith("file://"):
+    elif not is_local(store):
         why_not = "recover changes local stores only: run it on the broker's host, on the store's own disk"
     elif not any(s["resolves"] for s in steps):
         why_not = "nothing for recover to change"
