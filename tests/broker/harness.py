@@ -37,7 +37,7 @@ from tests.broker import recorded
 from tests.lifeline import die_with_parent
 
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
+CACHE = recorded.CACHE
 
 # broker/namesrv version -> client version (Maven Central lacks parts of broker 4.9.8 and of 5.5.1, and client
 # 4.9.7: the 4.9.8 client talks to every 4.x broker). One release of each line and the release on each side of every

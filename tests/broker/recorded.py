@@ -38,14 +38,14 @@ def _enabled() -> bool:
     return os.environ.get("RMQSTORE_RECORDED", "on") != "off"
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
+#: the harness's cache: $RMQSTORE_CACHE or ~/.cache/rmq-store-rebuild
+CACHE = Path(os.environ.get("RMQSTORE_CACHE", "~/.cache/rmq-store-rebuild")).expanduser()
 
 
 def note_used(kind: str, name: str) -> None:
     """Append `kind name` to <cache>/used.txt: what the next `make broker-stores` packs."""
-    _cache().mkdir(parents=True, exist_ok=True)
-    with open(_cache() / "used.txt", "a", encoding="utf-8") as f:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "used.txt", "a", encoding="utf-8") as f:
         f.write(f"{kind} {name}\n")
 
 
@@ -103,11 +103,11 @@ def _used(everything: bool) -> dict[str, set[str]]:
     """What used.txt lists, or with `everything` what the cache holds."""
     used: dict[str, set[str]] = {"store": set(), "served": set(), "restarted": set()}
     if everything:
-        used["store"] = {p.parent.name for p in (_cache() / "stores").glob("*/COMPLETE")}
-        used["served"] = {p.name.removesuffix(".jsonl") for p in (_cache() / "served").glob("*.jsonl")}
-        used["restarted"] = {p.name.removesuffix(".log") for p in (_cache() / "restarted").glob("*.log")}
+        used["store"] = {p.parent.name for p in (CACHE / "stores").glob("*/COMPLETE")}
+        used["served"] = {p.name.removesuffix(".jsonl") for p in (CACHE / "served").glob("*.jsonl")}
+        used["restarted"] = {p.name.removesuffix(".log") for p in (CACHE / "restarted").glob("*.log")}
         return used
-    path = _cache() / "used.txt"
+    path = CACHE / "used.txt"
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
         kind, _, name = line.partition(" ")
         used.setdefault(kind, set()).add(name)
@@ -117,7 +117,7 @@ def _used(everything: bool) -> dict[str, set[str]]:
 def _record_stores(names: set[str], manifest: dict[str, dict]) -> None:
     STORES.mkdir(parents=True, exist_ok=True)
     for name in sorted(names):
-        archive, store_dir = STORES / f"{name}.tar.xz", _cache() / "stores" / name
+        archive, store_dir = STORES / f"{name}.tar.xz", CACHE / "stores" / name
         if not archive.is_file() and (store_dir / "COMPLETE").is_file():
             pack_store(store_dir, archive)
             manifest[name] = _describe(name, store_dir)
@@ -144,7 +144,7 @@ def _record_answers(kind: str, keys: set[str], suffix: str) -> None:
     folder = ANSWERS / kind
     folder.mkdir(parents=True, exist_ok=True)
     for key in sorted(keys):
-        src, dst = _cache() / kind / f"{key}{suffix}", folder / f"{key}{suffix}.xz"
+        src, dst = CACHE / kind / f"{key}{suffix}", folder / f"{key}{suffix}.xz"
         if not dst.is_file() and src.is_file():
             dst.write_bytes(lzma.compress(src.read_bytes(), preset=9))
     for stale in folder.glob(f"*{suffix}.xz"):
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
     drop what it did not use."""
     used = _used("--all" in argv)
     if not used["store"]:
-        print(f"nothing noted in {_cache() / 'used.txt'}: run the suite first (make broker-stores)", file=sys.stderr)
+        print(f"nothing noted in {CACHE / 'used.txt'}: run the suite first (make broker-stores)", file=sys.stderr)
         return 1
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
     _record_stores(used["store"], manifest)
