@@ -68,8 +68,9 @@ run: base
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# the log ends with the 20 slowest tests, so that the suite's time is seen where it goes
 test: setup
-	$(PYTEST) -m "not matrix"
+	$(PYTEST) -m "not matrix" --durations=20
 
 # Every release line's real-broker store (tests/test_release_matrix.py; a first run writes ~20 stores, 2-4 min each).
 test-matrix: base

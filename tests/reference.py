@@ -337,16 +337,20 @@ def queue_units(root: Path) -> dict[str, list[bytes]]:
 
 def assert_queues_as_the_broker_replays_them(replay: Path, recovered: Path) -> None:
     """Every queue unit by unit as the broker in file mode wrote it when it dispatched the whole commitlog again
-    (harness `replayed`), up to the units of records it put itself while it ran (past the commitlog's end)."""
+    (harness `replayed`), up to the units of records it put itself while it ran (past the commitlog's end): a queue
+    holding only such units (its transaction check may run while it replays) is the broker's own, not the store's."""
     try:
         last = list(walk_commitlog(recovered / "commitlog"))[-1]
         end = last.offset + last.total_size
         live, rebuilt = queue_units(replay), queue_units(recovered)
+        own = []  # queues the replaying broker made of records it put itself (a transaction check's, a timer's)
         for queue, units in live.items():
             past = [i for i, u in enumerate(units) if struct.unpack_from(">q", u)[0] >= end and u.strip(b"\0")]
             got, want = rebuilt.get(queue, []), units[: past[0]] if past else units
             assert _without_zero_tail(got) == _without_zero_tail(want), queue
-        assert sorted(rebuilt) == sorted(live)
+            if past and not _without_zero_tail(want):
+                own.append(queue)
+        assert sorted(rebuilt) == sorted(set(live) - set(own))
     finally:
         shutil.rmtree(replay.parent, ignore_errors=True)
 
