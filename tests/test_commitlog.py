@@ -529,6 +529,12 @@ class RecordingStream(io.RawIOBase):
         self.requests: list[int] = []
         self.delivered = 0
 
+    def seekable(self) -> bool:
+        return self.raw.seekable()
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.raw.seek(pos, whence)
+
     def read(self, n: int = -1) -> bytes:
         self.requests.append(n)
         data = self.raw.read(n if self.trickle is None else min(n, self.trickle))

@@ -207,6 +207,35 @@ def test_find_record_start_is_the_next_record_and_none_in_zeros() -> None:
     assert find_record_start(read_at, BASE, len(data), offsets[-1] - BASE + 1) is None
 
 
+def test_find_record_start_reads_no_hole(tmp_path: Path) -> None:
+    """Records 1 MiB into a sparse file: from anywhere in the hole before them, the first of them, read from 3 bytes
+    before the data; from the hole after them, None with nothing read."""
+    from udfs.fs import LocalExtents
+
+    at = 1 << 20
+    msgs = [msg("Orders", {"UNIQ_KEY": f"U{i}"}, body=b"\0" * 30) for i in range(20)]
+    data, offsets = encode_segment(msgs, base=BASE + at)
+    path = tmp_path / "segment"
+    with path.open("wb") as f:
+        f.seek(at)
+        f.write(data)
+        f.truncate(4 << 20)
+    reads: list[tuple[int, int]] = []
+
+    def read_at(n: int, pos: int) -> bytes:
+        reads.append((pos, n))
+        with path.open("rb") as f:
+            f.seek(pos)
+            return f.read(n)
+
+    extents = LocalExtents(str(path))
+    for start in (1, 4096, at - 4):
+        assert find_record_start(read_at, BASE, 4 << 20, start, extents=extents) == offsets[0] - BASE
+        assert reads.pop()[0] == at - 3
+    assert find_record_start(read_at, BASE, 4 << 20, at + (1 << 20), extents=extents) is None
+    assert reads == []
+
+
 def test_a_big_commitlog_segment_is_cut_into_ranges_a_dledger_file_or_a_whole_one_is_not() -> None:
     gib = 1 << 30
     segs = [Segment(f"file:///s/commitlog/{k * gib:020d}", f"{k * gib:020d}", k * gib, gib) for k in range(2)]

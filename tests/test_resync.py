@@ -305,3 +305,43 @@ def test_the_search_past_damage_keeps_memory_near_the_chunk_size(tmp_path: Path)
     assert (s.end.reason, s.end.offset) == (END_ZERO_TAIL, BASE + len(records))
     assert stream.delivered == size  # the zero tail is read to its end
     assert peak < 4 * len(records) + 8 * chunk, peak  # a few chunks (buffer, its refill, the magic masks)
+
+
+def _sparse_segment(path: Path, size: int, pieces: list[tuple[int, bytes]]) -> None:
+    """A file of ``size`` bytes holding each (file position, bytes) piece and holes elsewhere."""
+    with path.open("wb") as f:
+        for at, data in pieces:
+            f.seek(at)
+            f.write(data)
+        f.truncate(size)
+
+
+@pytest.mark.parametrize("gap", [0, 3 << 20, (5 << 20) + 1234])
+def test_holes_are_jumped_over_not_read(tmp_path: Path, gap: int) -> None:
+    """A 64 MiB sparse segment: records, then (``gap``) a hole and records again, then a hole to its end. With its
+    extents the scan finds what it finds reading every byte, and reads the records and a page or two past each run
+    of them, never the holes."""
+    from tests.test_commitlog import RecordingStream
+    from udfs.fs import LocalExtents
+
+    size = 64 << 20
+    records, offsets = encode_segment(_messages(300), base=BASE)
+    cut = offsets[150] - BASE
+    second = cut + gap  # where the records after the cut are written (no gap: one run)
+    moved = records[cut:]
+    if gap:  # the later records as a broker would have written them there: their PHYSICALOFFSETs follow
+        moved, _ = encode_segment(_messages(300)[150:], base=BASE + second)
+    path = tmp_path / "segment"
+    _sparse_segment(path, size, [(0, records[:cut]), (second, moved)])
+    runs = []
+    for extents in (None, LocalExtents(str(path))):
+        with path.open("rb", buffering=0) as f:
+            stream = RecordingStream(f)
+            resync = Resync()
+            s = scan(stream, base=BASE, file_size=size, chunk_size=1 << 20, resync=resync, extents=extents)
+        runs.append((s.offsets(), [(h.start, h.end) for h in resync.holes], s.end, stream.delivered))
+    (plain, holes, end, read_all), (fast, fast_holes, fast_end, read_fast) = runs
+    assert (fast, fast_holes, fast_end) == (plain, holes, end)
+    assert read_all == size
+    assert read_fast <= cut + len(moved) + 3 * 4096 * (2 if gap else 1), read_fast
+    assert len(plain) == 300 and (holes == [] if not gap else len(holes) == 1)

@@ -11,6 +11,7 @@ Executors see the environment only (``spark.executorEnv.AWS_*`` on a cluster).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import posixpath
@@ -142,6 +143,37 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     if uri.startswith("s3://"):
         return s3_filesystem(), uri[len("s3://") :].rstrip("/")
     return pafs.FileSystem.from_uri(uri)
+
+
+class LocalExtents:
+    """Data and holes of a file on this host's file system (``lseek`` SEEK_DATA / SEEK_HOLE; a file system without
+    them says all data): storelib.formats.scanner.Extents."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _seek(self, pos: int, whence: int) -> int | None:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.lseek(fd, pos, whence)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # past the last data (SEEK_DATA) or the end (SEEK_HOLE)
+                return None
+            raise
+        finally:
+            os.close(fd)
+
+    def data_after(self, pos: int) -> int | None:
+        return self._seek(pos, os.SEEK_DATA)
+
+    def hole_after(self, pos: int) -> int:
+        found = self._seek(pos, os.SEEK_HOLE)
+        return pos if found is None else found
+
+
+def local_extents(fs: pafs.FileSystem, path: str) -> LocalExtents | None:
+    """The file's data and holes, where it is on this host's file system."""
+    return LocalExtents(path) if isinstance(fs, pafs.LocalFileSystem) and hasattr(os, "SEEK_DATA") else None
 
 
 def join(*parts: str) -> str:

@@ -48,11 +48,12 @@ from storelib.formats.scanner import (
     DAMAGE_CRC,
     END_RANGE,
     END_UNREADABLE,
+    Extents,
     RecordBatch,
     SegmentScanner,
     find_record_start,
 )
-from udfs.fs import resolve, write_then_move
+from udfs.fs import local_extents, resolve, write_then_move
 from udfs.schema import CQ_RUN_SCHEMA, INDEX_ENTRY_DTYPE, MESSAGE_SCHEMA, ArrowMap
 from udfs.timers import write_records
 
@@ -325,12 +326,13 @@ def parse_segment(seg: Segment, cfg: BrokerConfig, mode: str, scratch: str) -> I
     return parse_piece(Piece(seg, 0, seg.size), cfg, mode, scratch)
 
 
-def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner | None:
+def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO, extents: Extents | None) -> SegmentScanner | None:
     """The scanner of the piece's records, the stream moved to the first; None when no record starts in it."""
     seg = piece.segment
     start = 0
     if piece.lo:
-        found = find_record_start(stream.read_at, seg.start, seg.size, piece.lo)  # type: ignore[attr-defined]  # a random-access file
+        read_at = stream.read_at  # type: ignore[attr-defined]  # a random-access file
+        found = find_record_start(read_at, seg.start, seg.size, piece.lo, extents=extents)
         if found is None:
             return None
         start = found
@@ -350,6 +352,7 @@ def _scan(piece: Piece, cfg: BrokerConfig, stream: BinaryIO) -> SegmentScanner |
         start=start,
         stop=stop,
         resync=resync,
+        extents=extents,
     )
 
 
@@ -376,8 +379,10 @@ def parse_piece(piece: Piece, cfg: BrokerConfig, mode: str, scratch: str) -> Ite
     timers: list[pa.RecordBatch] = []  # the records of timers and delay levels (storelib.broker.timers)
     with sfs.open_output_stream(entries_path + ".tmp") as index_out, units_out as u:
         try:
-            with fs.open_input_file(path) if piece.lo else fs.open_input_stream(path) as stream:
-                scanner = _scan(piece, cfg, stream)
+            extents = local_extents(fs, path)  # where it has them, holes are jumped over: the stream must seek
+            random_access = piece.lo or extents is not None
+            with fs.open_input_file(path) if random_access else fs.open_input_stream(path) as stream:
+                scanner = _scan(piece, cfg, stream, extents)
                 for whole in scanner or ():
                     for stretch, lo, hi, c in cfg.stretch_parts(whole.physical_offset):
                         b = whole if hi - lo == len(whole) else whole.part(lo, hi)

@@ -11,8 +11,9 @@ when all of these hold there:
   last sound record's before the damage (what a truncation left behind is older than what was written after it);
 - or it is the segment's end-of-file BLANK: the BLANK magic with TOTALSIZE exactly the bytes left.
 
-The search goes byte by byte (records are not aligned), vectorised: positions whose magic bytes match, then their
-PHYSICALOFFSET, then the full check of the few left. Memory stays within the scanner's chunk plus one record.
+The search goes byte by byte (records are not aligned), vectorised: zeros passed over (holes jumped, not read:
+``SegmentScanner.past_zeros``), then positions whose magic bytes match, then their PHYSICALOFFSET, then the full
+check of the few left. Memory stays within the scanner's chunk plus one record.
 What lies between is a ``Hole``: its byte range and, best effort, what can still be read of each message whose
 header it holds (never trusted for writing).
 """
@@ -230,6 +231,12 @@ class Resync:
                 buf, buf_pos = sc.refill(buf, buf_pos, q, min(size - q, _HEAD))
                 if q + 8 > buf_pos + len(buf):
                     return None  # the file ends short of its size
+            skipped = sc.past_zeros(buf, buf_pos, q)  # no record starts in zeros: passed over, holes not read
+            if skipped is None:
+                return None
+            buf, buf_pos, q = skipped
+            if q + _HEAD > buf_pos + len(buf):
+                continue
             hi = len(buf) - 8 if buf_pos + len(buf) >= size else len(buf) - _HEAD + 1
             found, q, heads = self._search(sc, buf, buf_pos, q - buf_pos, hi)
             for h in heads:

@@ -208,6 +208,33 @@ class Resync(Protocol):
     ) -> tuple[np.ndarray, int, int] | None: ...
 
 
+class Extents(Protocol):
+    """Where a file's bytes are data and where holes (``lseek`` SEEK_DATA / SEEK_HOLE): a hole reads as zeros."""
+
+    def data_after(self, pos: int) -> int | None:
+        """The first position at or after ``pos`` that holds data; None when only a hole follows."""
+        ...
+
+    def hole_after(self, pos: int) -> int:
+        """The first position at or after ``pos`` in a hole (the file's size when none)."""
+        ...
+
+
+#: bytes compared at once in a run of zeros (``first_nonzero``)
+ZERO_BLOCK = 1 << 20
+#: what the walk reads where a hole starts: enough to see the zeros there
+PAGE = 4096
+
+
+def first_nonzero(a: np.ndarray, lo: int) -> int:
+    """The position of the first byte of ``a`` at or after ``lo`` that is not zero; ``len(a)`` when none."""
+    for b in range(lo, len(a), ZERO_BLOCK):
+        block = a[b : b + ZERO_BLOCK]
+        if block.any():
+            return b + int(np.flatnonzero(block)[0])
+    return len(a)
+
+
 class SegmentScanner:
     """Walk one commitlog segment (or DLedger data file: ``framing``) with bounded memory, yielding RecordBatch
     objects.
@@ -225,6 +252,9 @@ class SegmentScanner:
     ``stop``; when it gets to one at or after it, ``end`` is END_RANGE there (the next range's first record),
     and when the walk stops there instead, ``end`` says why, as the whole segment's scan would.
     The stream must be at ``start``.
+
+    ``extents`` (a seekable stream's file, where the file system tells its holes): a read stops where a hole
+    starts, and ``past_zeros`` jumps over holes instead of reading them.
     """
 
     def __init__(
@@ -240,6 +270,7 @@ class SegmentScanner:
         start: int = 0,
         stop: int | None = None,
         resync: Resync | None = None,
+        extents: Extents | None = None,
     ) -> None:
         self.stream = stream
         self.file = file
@@ -256,6 +287,7 @@ class SegmentScanner:
         self.messages = 0
         self.last_store_timestamp = 0
         self.resync = resync
+        self.extents = extents
 
     def __iter__(self) -> Iterator[RecordBatch]:
         buf = np.zeros(0, dtype=np.uint8)
@@ -334,7 +366,11 @@ class SegmentScanner:
         """A new buffer from ``pos``: what buf holds from there, then reads until ``need`` bytes (at least a
         chunk) are in hand or the stream ends. Read straight into it (``readinto``): no copy of the chunk."""
         keep = buf[pos - buf_pos :]
-        new = np.empty(max(need, self.chunk_size, len(keep)), dtype=np.uint8)
+        length = max(self.chunk_size, len(keep))
+        if self.extents is not None:  # up to the next hole; in a hole, a page
+            read_pos = pos + len(keep)
+            length = min(length, len(keep) + max(self.extents.hole_after(read_pos) - read_pos, PAGE))
+        new = np.empty(max(need, length), dtype=np.uint8)
         new[: len(keep)] = keep
         have = len(keep)
         view = new.data
@@ -344,6 +380,29 @@ class SegmentScanner:
                 break
             have += got
         return new[:have], pos
+
+    def past_zeros(self, buf: np.ndarray, buf_pos: int, q: int) -> tuple[np.ndarray, int, int] | None:
+        """Past the zeros from file position ``q``: (buf, buf_pos, the first position a record can start at), that
+        is 3 bytes before the first byte that is not zero (a record's TOTALSIZE holds its first such byte, its
+        magic the next); None when only zeros follow to the end of the file. Holes are jumped over, not read."""
+        while True:
+            rel = first_nonzero(buf, max(q - buf_pos, 0))
+            if rel < len(buf):
+                return buf, buf_pos, max(q, buf_pos + rel - 3)
+            end = buf_pos + len(buf)
+            if end >= self.file_size:
+                return None
+            q = max(q, end - 3)
+            data = self.extents.data_after(end) if self.extents is not None else end
+            if data is None:
+                return None
+            if data - 3 > end:  # a hole: seek to the data after it
+                q = data - 3
+                self.stream.seek(q)
+                buf, buf_pos = np.zeros(0, dtype=np.uint8), q
+            buf, buf_pos = self.refill(buf, buf_pos, q, min(self.file_size - q, 8))
+            if buf_pos + len(buf) <= end and len(buf) < 8:
+                return None  # the file ends short of its size
 
     def _read_into(self, view: memoryview) -> int:
         """``readinto`` where the stream has it (files, pyarrow streams); a copy of ``read`` where not."""
@@ -409,18 +468,31 @@ FIND_WINDOW = 8 << 20
 
 
 def find_record_start(
-    read_at: Callable[[int, int], bytes], base: int, size: int, at: int, window: int = FIND_WINDOW
+    read_at: Callable[[int, int], bytes],
+    base: int,
+    size: int,
+    at: int,
+    window: int = FIND_WINDOW,
+    extents: Extents | None = None,
 ) -> int | None:
     """The file position of the first message record at or after ``at`` in a segment of ``size`` bytes at commitlog
     offset ``base``, as the records tell it (``kernel.find_record``: a record stores its own PHYSICALOFFSET, and the
     one after it agrees), within ``window`` bytes; None when none is found there. ``read_at(nbytes, offset)``.
+    A hole (``extents``) is not read: no record starts more than 3 bytes before the data after it.
 
     A guess: the piece before (storelib.broker.segments.merge_pieces) says where its walk from the segment's start went.
     """
-    data = read_at(min(window, size - at), at) if size > at else b""
+    start = at
+    if extents is not None:
+        data_at = extents.data_after(at)
+        if data_at is None:
+            return None
+        start = max(at, data_at - 3)
+    end = min(at + window, size)
+    data = read_at(end - start, start) if end > start else b""
     a = np.frombuffer(data, dtype=np.uint8)
-    q = kernel.find_record(a, 0, base + at, size - at, MIN_RECORD_SIZE)
-    return None if q < 0 else at + int(q)
+    q = kernel.find_record(a, 0, base + start, size - start, MIN_RECORD_SIZE)
+    return None if q < 0 else start + int(q)
 
 
 def find_properties(
