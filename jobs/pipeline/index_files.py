@@ -14,8 +14,18 @@ from jobs.pipeline.context import Run
 from jobs.pipeline.parse import wait_for_summaries
 from jobs.pipeline.store_rules import settle_rules
 from jobs.pipeline.tasks import run_packed
+from jobs.pipeline.timers import TimerResult, judge_timers
+from jobs.pipeline.timers import applies as timers_apply
 from storelib.broker.rule_choice import BrokerRules
-from storelib.broker.segments import Piece, Segment, SegmentSummary, damage_findings, judge_ends, segment_errors
+from storelib.broker.segments import (
+    Piece,
+    Segment,
+    SegmentSummary,
+    damage_findings,
+    judge_ends,
+    max_offset,
+    segment_errors,
+)
 from storelib.errors import DamageStop
 from storelib.findings import Finding, finding
 from storelib.formats.indexfile import (
@@ -42,6 +52,7 @@ class Indexed:
     rules: BrokerRules
     skipped: list[str]
     index_files: list[IndexFileRecord]
+    timers: TimerResult | None = None  # 5.x: the timer store and delay offsets, rebuilt into the staging directory
 
     @property
     def summaries(self) -> dict[str, SegmentSummary]:
@@ -60,8 +71,9 @@ def index_stage(
     on_error: str,
     parsed: threading.Event,
 ) -> Indexed:
-    """Judge the segments and build the IndexFiles as soon as every parse task has left its summary, while the
-    ConsumeQueue writers run (a second driver thread: the IndexFile job is not a tail after them)."""
+    """Judge the segments, then build the IndexFiles and (5.x) the timer files as soon as every parse task has left
+    its summary and timer records, while the ConsumeQueue writers run (a second driver thread: these jobs are not a
+    tail after them)."""
     found = wait_for_summaries(scratch, tasks, parsed)
     scanned = found.summaries
     rules = settle_rules(run, store, scanned.values())
@@ -69,6 +81,10 @@ def index_stage(
     indexed = Indexed(scanned, rules, skipped, [])
     counts = [(piece, n) for piece, segment, n in found.entries if segment not in skipped]
     indexed.index_files = write_index_files(run, staging, scratch, segments, indexed.summaries, counts)
+    settled = run.with_rules(store, rules)
+    if timers_apply(settled, store):
+        log_end = max_offset(segments, indexed.summaries)
+        indexed.timers = judge_timers(settled, store, scratch, log_end, out=staging)
     return indexed
 
 

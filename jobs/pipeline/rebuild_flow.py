@@ -9,7 +9,7 @@
    its IndexFile entries in the scratch directory;
 3. judge the segments' ends and damage (storelib.broker.segments): stop, or leave damaged segments out;
 4. one Spark job: every IndexFile built by its own task from exactly its range of entries
-   (jobs.pipeline.index_files), beside the ConsumeQueue writers;
+   (jobs.pipeline.index_files), then (5.x) the timer task (jobs.pipeline.timers), beside the ConsumeQueue writers;
 5. checkpoint and rebuild.json, everything in a staging directory published at the end (jobs.pipeline.output).
 A segment whose ranges do not meet is parsed whole, in a second run of the stages.
 """
@@ -32,8 +32,6 @@ from jobs.pipeline.listing import segment_files
 from jobs.pipeline.output import check_output, in_place, live_checkpoint, publish, rebuilt_checkpoint
 from jobs.pipeline.parse import RangesDisagree, parse_store, read_parsed, scan_segments, wait_for_summaries
 from jobs.pipeline.store_rules import resolve_rules, settle_rules, store_facts, store_rules
-from jobs.pipeline.timers import applies as timers_apply
-from jobs.pipeline.timers import judge_timers
 from storelib.broker.config import BrokerConfig
 from storelib.broker.segments import Segment, SegmentSummary, plan_segments
 from storelib.errors import BadInput
@@ -160,9 +158,8 @@ def _rebuild(
             dledger_index_files,
             checkpoint,
         )
-        if timers_apply(run, store):  # the timer store and delay offsets (5.x): rebuilt files, rebuild.json's timers
-            timers = judge_timers(run, store, scratch, report.commitlog.max_offset, out=staging)
-            report = dataclasses.replace(report, timers=timers.to_dict())
+        if indexed.timers is not None:  # the timer store and delay offsets (5.x): rebuilt files, rebuild.json's timers
+            report = dataclasses.replace(report, timers=indexed.timers.to_dict())
         sfs, spath = resolve(staging)
         write_file(sfs, join(spath, CHECKPOINT), checkpoint.pack())
         write_file(sfs, join(spath, REBUILD_REPORT), report.to_json().encode())
