@@ -43,6 +43,8 @@ PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"  # a consumer's sent-back (retry, dead-letter) or revived copy
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # a sent-back copy: the topic of the message first consumed
 PROPERTY_CRC32 = "__CRC32#"  # 5.2+: the record's CRC32 as the last property (enabledAppendPropCRC)
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

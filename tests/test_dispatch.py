@@ -176,6 +176,20 @@ def test_multi_dispatch_is_recognized() -> None:
     assert d.multi_dispatch.tolist() == [True, False]
 
 
+def test_a_consumers_copy_speaks_for_its_original_topic_in_the_lmq_clue() -> None:
+    """A sent-back copy keeps the original's LMQ properties (real 5.3.3 broker, consumers store): the append that
+    gave them is its RETRY_TOPIC's; a copy without RETRY_TOPIC tells nothing; an original speaks for its topic."""
+    lmq = {"INNER_MULTI_DISPATCH": "%LMQ%a", "INNER_MULTI_QUEUE_OFFSET": "3"}
+    copy = {"ORIGIN_MESSAGE_ID": "0A00", **lmq}
+    d = dispatch(
+        msg("%RETRY%g", {**copy, "RETRY_TOPIC": "TopicOrders"}),
+        msg("%DLQ%g", copy),
+        msg("SCHEDULE_TOPIC_XXXX", {**lmq, "DELAY": "1"}),
+        cfg=BrokerConfig(enableMultiDispatch=True, enableLmq=True),
+    )
+    assert d.lmq_sources == [("TopicOrders", "%LMQ%a"), ("SCHEDULE_TOPIC_XXXX", "%LMQ%a")]
+
+
 # --- everything at once, against a record-by-record reference ---------------------------------------
 
 

@@ -50,7 +50,9 @@ DETECTED = {"4.9.7": "4.9.3", "5.3.3": "5.2", "5.5.0": "5.5"}
 @pytest.mark.broker
 @pytest.mark.parametrize(
     ("version", "variant", "seed"),
-    [(v, "default", seed) for v in DETECTED for seed in SEEDS] + [("5.5.0", "crc", SEED)],
+    [(v, "default", seed) for v in DETECTED for seed in SEEDS]
+    + [("5.5.0", "crc", SEED)]
+    + [(v, "consumers", SEED) for v in DETECTED],  # retries, a dead-letter queue, orderly, POP (5.x)
 )
 def test_harness_store_rebuilt_with_detected_rules_and_audited_clean(
     spark, tmp_path: Path, version: str, variant: str, seed: int

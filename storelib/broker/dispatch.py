@@ -38,6 +38,8 @@ from storelib.constants import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_KEYS,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
@@ -85,7 +87,7 @@ class Dispatch:
     bad_crc_property: list[tuple[int, str]]  # (record position, detail): __CRC32# present and not matching
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # TAGS/KEYS/UNIQ_KEY value (start, length) in batch.buf
     to_index: np.ndarray  # bool per record: its keys go to the IndexFile
-    lmq_sources: list[tuple[str, str]]  # (source topic, INNER_MULTI_DISPATCH) of records with both LMQ properties
+    lmq_sources: list[tuple[str, str]]  # (source topic, INNER_MULTI_DISPATCH) of records whose append gave both
     split_pair_records: int  # records a release before 4.9.1 reads other properties of (_split_pair_records)
 
     @property
@@ -172,6 +174,8 @@ _DISPATCHED_PROPERTIES = (
     PROPERTY_INNER_NUM,
     PROPERTY_INNER_BASE,
     PROPERTY_CRC32,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
 )
 
 
@@ -319,16 +323,24 @@ def _lmq_units(
     batch: RecordBatch, values: dict[str, tuple[np.ndarray, np.ndarray]], dispatched: np.ndarray, cfg: BrokerConfig
 ) -> tuple[LmqUnits, list[tuple[str, str]]]:
     """The LMQ units of the records whose own unit went to a ConsumeQueue (``dispatched``), and the (source
-    topic, INNER_MULTI_DISPATCH) of every such record holding both LMQ properties."""
+    topic, INNER_MULTI_DISPATCH) of every such record holding both LMQ properties: the topic whose append gave
+    them. A consumer's copy (ORIGIN_MESSAGE_ID) keeps the original's properties, INNER_MULTI_QUEUE_OFFSET too,
+    whatever its own append does (the real 5.3.3 broker's consumers store: retry, dead-letter and delay-level
+    copies hold it, its own delay-level appends do not): its source is the original's topic, RETRY_TOPIC, and
+    none when that is absent."""
     rows: list[tuple[int, str, int, int]] = []
     sources: list[tuple[str, str]] = []
     (ns, nl), (os_, ol) = values[PROPERTY_INNER_MULTI_DISPATCH], values[PROPERTY_INNER_MULTI_QUEUE_OFFSET]
+    copy, (rs, rl) = values[PROPERTY_ORIGIN_MESSAGE_ID][0] >= 0, values[PROPERTY_RETRY_TOPIC]
     if cfg.multi_dispatch_to_files:
         topics = batch.topic_names
         for i in np.flatnonzero(dispatched & (ns >= 0) & (os_ >= 0)).tolist():
             names, offsets = _text(batch.buf, ns[i], nl[i]), _text(batch.buf, os_[i], ol[i])
             topic, queue_id = topics[batch.topic_code[i]], int(batch.queue_id[i])
-            sources.append((topic, names))
+            if not copy[i]:
+                sources.append((topic, names))
+            elif rs[i] >= 0:
+                sources.append((_text(batch.buf, rs[i], rl[i]), names))
             rows += [(i, *target) for target in lmq_targets(cfg, topic, queue_id, names, offsets)]
     units = LmqUnits(
         record=np.array([r[0] for r in rows], np.int64),

@@ -55,7 +55,7 @@ CORE_VERSIONS = ("5.5.0", "5.3.3", "4.9.7")
 # what the workload may use, by the first release whose jars have it (javap, tests/broker/FACTS.md): LMQ
 # (INNER_MULTI_DISPATCH: store MultiDispatch / ConsumeQueue.multiDispatchLmqQueue, 4.9.3), timer messages
 # (TimerMessageStore, 5.0.0), BatchCQ topics (BatchConsumeQueue, 5.0.0)
-FEATURES = {"lmq": (4, 9, 3), "timer": (5, 0, 0), "batchcq": (5, 0, 0)}
+FEATURES = {"lmq": (4, 9, 3), "timer": (5, 0, 0), "batchcq": (5, 0, 0), "pop": (5, 0, 0)}
 # A one-node DLedger group (DLedgerCommitLog): n0 elects itself leader. dLegerPeers (n0-127.0.0.1:<port>) is
 # added at each start, like listenPort; the saved broker.conf has no port.
 DLEDGER_SETTINGS = {"enableDLegerCommitLog": "true", "dLegerGroup": "oracle-a", "dLegerSelfId": "n0"}
@@ -68,6 +68,8 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "doublewrite-lmq": ({"rocksdbCQDoubleWriteEnable": "true", "combineCQUseRocksdbForLmq": "true"}, ("5.5.0",)),
     "kill9": ({}, CORE_VERSIONS),
     "upgraded": ({}, ("5.5.0", "5.3.3")),
+    # the workload, then its consumers (Consumers.java): retries, a dead-letter queue, orderly and (5.x) POP
+    "consumers": ({}, CORE_VERSIONS),
     # one release of each 5.x line, and 4.9.7
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7", "5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
@@ -78,6 +80,8 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
 }
 #: variants sent by Timers.java (mode send), not Workload.java
 TIMER_VARIANTS = ("timers",)
+#: variants whose workload is then consumed by Consumers.java (consumed.jsonl: every delivery)
+CONSUMER_VARIANTS = ("consumers",)
 # variants first written in file mode (the workload once, sent-filemode.jsonl), then by the same broker switched
 # to DLedger (the workload again): the old commitlog/ stays below dividedCommitlogOffset. TopicBatchCQ is a plain
 # topic there: the second run's createTopic may not set queue.type again ("unchangeable attribute")
@@ -208,7 +212,11 @@ def sources_hash(version: str, variant: str) -> str:
     """What defines one store: Workload.java, the pom and the settings of that version and variant (a new variant
     or version, or edits elsewhere, keep the other stores' cache)."""
     h = hashlib.sha256()
-    for name in ("Workload.java", "pom.xml", *(("Timers.java",) if variant in TIMER_VARIANTS else ())):
+    extra = (
+        *(("Timers.java",) if variant in TIMER_VARIANTS else ()),
+        *(("Consumers.java",) if variant in CONSUMER_VARIANTS else ()),
+    )
+    for name in ("Workload.java", "pom.xml", *extra):
         h.update((HERE / name).read_bytes())
     settings = [VERSIONS[version], store_settings(version, variant), SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
     if variant in UPGRADED_FROM or variant in STALE_TOPICS_JSON:
@@ -253,9 +261,9 @@ def client_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java, Served.java, Bench.java (make bench's sends) and Timers.java compiled against this version's
-    client jars (once per source hash)."""
-    sources = [HERE / "Workload.java", HERE / "Served.java", HERE / "Bench.java", HERE / "Timers.java"]
+    """Workload.java, Served.java, Bench.java (make bench's sends), Timers.java and Consumers.java compiled against
+    this version's client jars (once per source hash)."""
+    sources = [HERE / f"{name}.java" for name in ("Workload", "Served", "Bench", "Timers", "Consumers")]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -363,10 +371,11 @@ class Running:
 
     def workload(self, mode: str, *args: str) -> list[str]:
         """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench";
-        Timers.java: "timers") against this broker."""
+        Timers.java: "timers"; Consumers.java: "consumers") against this broker."""
         cp = f"{workload_classes(self.version)}:{client_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        main = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"]}.get(mode, ["Workload", mode])
+        mains = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"], "consumers": ["Consumers"]}
+        main = mains.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
@@ -534,6 +543,9 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
             broker.run_workload("timers", "send", f"out={work / 'sent.jsonl'}", f"seed={seed}", timeout=180)
         else:
             _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=first_run)
+        if variant in CONSUMER_VARIANTS:
+            pop = f"pop={has(version, 'pop')}"
+            broker.run_workload("consumers", f"out={work / 'consumed.jsonl'}", pop, timeout=240)
     _write_conf(work / "broker.conf", settings, version)
     shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
     seconds = round(time.monotonic() - began, 1)
