@@ -4,18 +4,20 @@ lacks, and which are at different queue offsets. The use: after a failover, the 
 
 What counts as one message in both stores:
 
-- a record's **message key** is its UNIQ_KEY property: the id the producer gave it (``MessageClientIDSetter``),
-  which the broker stores as sent, which a slave's copy holds byte for byte, and which a producer's retry of the
-  same message keeps. A record without one (a client that sets none, a record the broker wrote itself) is keyed
-  by what its bytes say of it: topic, BORNTIMESTAMP, BODYCRC and TOTALSIZE;
+- a record's **message key** is its topic and UNIQ_KEY property: the id the producer gave it
+  (``MessageClientIDSetter``), which the broker stores as sent, which a slave's copy holds byte for byte, and which
+  a producer's retry of the same message keeps. The topic is part of it: the broker writes one message under one
+  UNIQ_KEY to several topics (a delayed message to SCHEDULE_TOPIC_XXXX and then to its topic, a transaction's half
+  and op records, a consumer's retries to %RETRY% and %DLQ%: the 4.9.8 sample store holds all of these). A record
+  without one (a client that sets none, a record the broker wrote itself) is keyed by what its bytes say of it:
+  topic, BORNTIMESTAMP, BODYCRC and TOTALSIZE;
 - where the logs share a prefix (a slave's commitlog is a byte copy of its master's up to the point it
   replicated), records at the same commitlog offset with the same key, TOTALSIZE and STORETIMESTAMP are one
   record (**same place**);
 - records not paired so are paired by key, the k-th of a key in one store with its k-th in the other, in
   commitlog order (**moved**: the logs went their own ways, the same message written at another place);
-- a record left over whose key the other store holds is an **extra copy** (a message the stores hold a different
-  number of times, e.g. a producer's retry), not missing; one whose key the other store lacks is **missing**
-  from that store;
+- a record left over is **missing** from the other store: it holds that message fewer times (a retry topic's
+  later records of a message, a producer's retry), or not at all;
 - paired records whose topic, queue id or queue offset differ are **at different queue offsets**.
 
 Spark-free: ``with_message_keys`` and ``compare`` work on Arrow tables (the job runs them on executors, every
@@ -35,8 +37,8 @@ import pyarrow.compute as pc
 #: the two stores, as ``side`` says: the first named, the other
 FIRST, OTHER = 0, 1
 #: what a DIFF_SCHEMA row says of its record
-MISSING, EXTRA_COPY, QUEUE_OFFSET = "missing", "extra-copy", "queue-offset"
-KINDS = (MISSING, EXTRA_COPY, QUEUE_OFFSET)
+MISSING, QUEUE_OFFSET = "missing", "queue-offset"
+KINDS = (MISSING, QUEUE_OFFSET)
 
 #: the columns a record is compared by (from udfs.schema.MESSAGE_SCHEMA), and ``side``
 RECORD_SCHEMA = pa.schema(
@@ -77,11 +79,13 @@ QUEUE_PLACE = ("topic", "queue_id", "queue_offset")
 
 
 def with_message_keys(records: pa.Table | pa.RecordBatch) -> pa.Table:
-    """``records`` (RECORD_SCHEMA) with each record's message key: its UNIQ_KEY, else ``topic|born|crc|size``."""
+    """``records`` (RECORD_SCHEMA) with each record's message key: ``topic|UNIQ_KEY``, else
+    ``topic|born|crc|size``."""
     table = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
     parts = [pc.cast(table[c], pa.string()) for c in ("born_timestamp", "body_crc", "size")]
-    content = pc.binary_join_element_wise(pc.fill_null(table["topic"], ""), *parts, "|")
-    key = pc.if_else(pc.is_null(table["uniq_key"]), content, table["uniq_key"])
+    content = pc.binary_join_element_wise(*parts, "|")
+    topic = pc.fill_null(table["topic"], "")
+    key = pc.binary_join_element_wise(topic, pc.if_else(pc.is_null(table["uniq_key"]), content, table["uniq_key"]), "|")
     return table.append_column("key", key)
 
 
@@ -97,7 +101,12 @@ def compare(records: pa.Table) -> pa.Table:
     paired = np.concatenate([moved["row"].to_numpy(), moved["row_o"].to_numpy()])
     left = rest.filter(pa.array(~np.isin(rest["row"].to_numpy(), paired)))
     return pa.concat_tables(
-        [_left_over(left, table), _queue_moves(same_place), _queue_moves(moved)], promote_options="none"
+        [
+            _diff_rows(left, pa.array([MISSING] * len(left), pa.string()), None),
+            _queue_moves(same_place),
+            _queue_moves(moved),
+        ],
+        promote_options="none",
     ).combine_chunks()
 
 
@@ -116,22 +125,6 @@ def _ranked(table: pa.Table) -> pa.Table:
     starts = np.flatnonzero(np.r_[True, (side[1:] != side[:-1]) | (key[1:] != key[:-1])]) if n else np.array([], int)
     rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     return table.append_column("rank", pa.array(rank, pa.int64()))
-
-
-def _left_over(table: pa.Table, every: pa.Table) -> pa.Table:
-    """Records paired with none: an extra copy when the other store holds their key (among ``every`` record), else
-    missing from it."""
-    first, other = _sides(table)
-    out = pa.concat_tables([first, other])
-    keys = [t["key"].combine_chunks() for t in _sides(every)]
-    held = np.concatenate(
-        [
-            pc.is_in(t["key"], value_set=k).to_numpy(zero_copy_only=False)
-            for t, k in ((first, keys[1]), (other, keys[0]))
-        ]
-    ).astype(bool)
-    kind = pa.array(np.where(held, EXTRA_COPY, MISSING).astype(object), pa.string())
-    return _diff_rows(out, kind, None)
 
 
 def _queue_moves(pairs: pa.Table) -> pa.Table:
@@ -180,7 +173,7 @@ class DiffCounts:
     def paired(self) -> tuple[int, int]:
         """Records of each store that the other holds at a place of their own (same place or moved)."""
         return tuple(  # type: ignore[return-value]
-            self.records[s] - self.kinds[MISSING][s] - self.kinds[EXTRA_COPY][s] for s in (FIRST, OTHER)
+            self.records[s] - self.kinds[MISSING][s] for s in (FIRST, OTHER)
         )
 
     @property
@@ -194,3 +187,34 @@ class DiffCounts:
             "paired": list(self.paired),
             **{k.replace("-", "_"): list(v) for k, v in self.kinds.items()},
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffGroup:
+    """DIFF_SCHEMA rows of one kind, store and topic, counted: report.json's ``groups``."""
+
+    kind: str
+    side: int
+    topic: str
+    records: int
+    bytes: int
+    first_commitlog_offset: int
+    last_commitlog_offset: int
+    first_store_timestamp: int
+    last_store_timestamp: int
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> DiffGroup:
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+
+
+def diff_report(stores: tuple[str, str], counts: DiffCounts, groups: Iterable[DiffGroup], out: str | None) -> dict:
+    """report.json of a diff: the stores (``side`` 0 and 1), the figures, the groups, where the missing messages
+    went, and the verdict (``same``: exit 0)."""
+    return {
+        "stores": list(stores),
+        "same": counts.same,
+        "counts": counts.to_dict(),
+        "groups": [dataclasses.asdict(g) for g in sorted(groups, key=lambda g: (g.kind, g.side, g.topic))],
+        "missing_messages": out,
+    }
