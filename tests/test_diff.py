@@ -10,26 +10,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from storelib.constants import BLANK_MAGIC_CODE
-from storelib.formats.commitlog import HEAD_WORDS, Message, decode_message
 from tests.conftest import needs_sample
+from tests.reference import Record, parse_message_properties, walk_commitlog
 from tests.storecopy import copy_store, rmqstore_main
 
 pytestmark = needs_sample
 
 
-def records(store: Path) -> list[Message]:
-    """Every message record of the store's commitlog, in offset order (a walk to each segment's end)."""
-    out = []
-    for seg in sorted((store / "commitlog").iterdir()):
-        data, pos = seg.read_bytes(), 0
-        while pos + 8 <= len(data):
-            total, magic = HEAD_WORDS.unpack_from(data, pos)
-            if total <= 0 or magic == BLANK_MAGIC_CODE:
-                break
-            out.append(decode_message(data, pos, str(seg)))
-            pos += total
-    return out
+def records(store: Path) -> list[Record]:
+    """Every message record of the store's commitlog, in offset order (tests.reference: a reader of its own)."""
+    return list(walk_commitlog(store / "commitlog"))
 
 
 def cut_copy(src: Path, dst: Path, at: int) -> Path:
@@ -70,7 +60,7 @@ def test_a_slave_cut_anywhere_lacks_exactly_the_records_past_the_cut(
     clean = fixture_dir / "clean"
     every = records(clean)
     cut = random.Random(seed).randrange(len(every) // 2, len(every) - 1)
-    slave = cut_copy(clean, tmp_path / "slave", every[cut].physical_offset)
+    slave = cut_copy(clean, tmp_path / "slave", every[cut].offset)
     code, report = diff(clean, slave, tmp_path, fixture_dir, "--out", str(tmp_path / "missing"))
     assert code == 1
     lost = every[cut:]
@@ -78,8 +68,9 @@ def test_a_slave_cut_anywhere_lacks_exactly_the_records_past_the_cut(
     assert report["counts"]["missing"] == [len(lost), 0]
     assert report["counts"]["paired"] == [cut, cut]
     table = pq.read_table(tmp_path / "missing").sort_by("commitlog_offset").to_pylist()
-    assert [r["commitlog_offset"] for r in table] == [m.physical_offset for m in lost]
-    assert all(r["body"] == m.body and r["properties"] == m.properties for r, m in zip(table, lost, strict=True))
+    assert [r["commitlog_offset"] for r in table] == [m.offset for m in lost]
+    for r, m in zip(table, lost, strict=True):
+        assert (r["body"], parse_message_properties(r["properties"])) == (m.body, m.properties)
     assert {r["store"] for r in table} == {str(clean)}
     assert sum(g["records"] for g in report["groups"]) == len(lost)
 
@@ -100,13 +91,13 @@ def test_a_hole_in_a_log_cannot_be_compared(fixture_dir: Path, tmp_path: Path, c
     every = records(clean)
     broken = copy_store(clean, tmp_path / "broken", without=("consumequeue", "index"))
     m = every[len(every) // 3]
-    seg = max(p for p in (broken / "commitlog").iterdir() if int(p.name) <= m.physical_offset)
+    seg = max(p for p in (broken / "commitlog").iterdir() if int(p.name) <= m.offset)
     data = bytearray(seg.read_bytes())
-    data[m.physical_offset - int(seg.name) : m.physical_offset - int(seg.name) + 4] = b"\x7f\xff\xff\xf0"  # TOTALSIZE
+    data[m.offset - int(seg.name) : m.offset - int(seg.name) + 4] = b"\x7f\xff\xff\xf0"  # TOTALSIZE
     seg.write_bytes(bytes(data))
     code, report = diff(clean, broken, tmp_path, fixture_dir)
     assert code == 2 and report == {}
-    assert f"{seg.name} @ {m.physical_offset}" in capsys.readouterr().err
+    assert f"{seg.name} @ {m.offset}" in capsys.readouterr().err
 
 
 def test_an_existing_out_is_refused(fixture_dir: Path, tmp_path: Path) -> None:
