@@ -29,6 +29,9 @@ def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(broker_sto
     acked = {k for k, status in told.items() if status == "SEND_OK"}
     assert acked <= master.keys()  # SYNC_FLUSH: the kill -9 lost nothing the master acknowledged
     assert slave.keys() <= master.keys()
+    master_at = {r.offset: (r.topic, r.body, r.properties) for r in walk_commitlog(pair.root / "commitlog")}
+    slave_at = {r.offset: (r.topic, r.body, r.properties) for r in walk_commitlog(pair.slave_root / "commitlog")}
+    assert slave_at.items() <= master_at.items()  # the slave's log: the master's, record for record, at its offsets
     lacking = acked - slave.keys()
     assert lacking and slave.keys() & acked  # the slave replicated a part, and lagged
 
