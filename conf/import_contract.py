@@ -43,12 +43,13 @@ LAYERS: tuple[tuple[str, int], ...] = (
     *((f"jobs.pipeline.{m}", 32) for m in ("audit_result", "backup", "transaction")),
     ("jobs.pipeline.rebuild_flow", 33),
     ("jobs.pipeline.convert_flow", 33),
+    ("jobs.pipeline.diff_flow", 34),
     ("jobs.pipeline.audit_flow", 34),
     ("jobs.pipeline.recover_flow", 35),
     ("jobs.pipeline.salvage_flow", 36),
     # the command line, the verbs' entry points, and the archive maker (python -m jobs.runtime.cds: one rebuild)
     ("jobs.cli", 40),
-    *((f"jobs.{verb}", 41) for verb in ("generate", "inspect", "rebuild", "audit", "recover", "convert")),
+    *((f"jobs.{verb}", 41) for verb in ("generate", "inspect", "rebuild", "audit", "recover", "convert", "diff")),
     ("jobs.runtime.cds", 41),
     ("jobs.demo", 42),
 )

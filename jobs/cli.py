@@ -33,6 +33,7 @@ VERBS = {
     "audit": "compare a live store with the rebuilt index and report divergences",
     "recover": "put a verified index back into a stopped store, with backup and undo",
     "convert": "turn a DLedger (or mixed) store into a plain CommitLog store with Spark",
+    "diff": "compare two stores of one broker by message: what one holds and the other lacks (after a failover)",
     "demo": "generate the demo store once, rebuild, audit, print where the outputs are",
 }
 

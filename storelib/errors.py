@@ -55,6 +55,10 @@ class CannotAudit(RmqStoreError):
     """The store could not be audited (exit 2): no store, a stale rebuild, an unreadable table."""
 
 
+class CannotCompare(RmqStoreError):
+    """Two stores could not be compared (exit 2): a damaged log whose records after the damage were not read."""
+
+
 class Refused(RmqStoreError):
     """A verb refuses to act on this store (exit 1); the message says why."""
 

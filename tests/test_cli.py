@@ -13,6 +13,7 @@ from jobs.runtime.jars import JarNeeds
 from storelib.errors import (
     BadInput,
     CannotAudit,
+    CannotCompare,
     ConfigError,
     DamageStop,
     HostileNameError,
@@ -24,7 +25,7 @@ from tests.conftest import BROKER_CONF, CLEAN, needs_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the verbs the README documents, each ``rmqstore <verb>`` and ``spark-submit jobs/<verb>.py``
-README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "convert", "demo"}
+README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "convert", "diff", "demo"}
 
 
 def test_parser_has_every_verb_and_each_is_a_spark_submit_script() -> None:
@@ -45,6 +46,7 @@ def test_parser_has_every_verb_and_each_is_a_spark_submit_script() -> None:
         (HostileNameError("illegal topic"), 2),
         (ConfigError("not an integer"), 2),
         (CannotAudit("stale rebuild"), 2),
+        (CannotCompare("a hole in a log"), 2),
         (FileNotFoundError("no such file"), 2),
         (PermissionError("denied"), 2),
         (Refused("a broker holds the lock"), 1),

@@ -176,6 +176,7 @@ def test_message_rows_carry_the_dispatch_of_each_record(segment: Segment, tmp_pa
                 "to_consume_queue": tran in (0, 0x8),
                 "crc_ok": True,
                 "key_hashes": [index_key_hash(k) for k in keys],
+                "body_crc": r.body_crc,
             }
         )
     assert rows.drop_columns(["born_timestamp"]).to_pylist() == expected

@@ -100,6 +100,7 @@ def message_rows(segment: str, b: RecordBatch, d: Dispatch) -> pa.RecordBatch:
         "to_consume_queue": pa.array(d.to_consume_queue),
         "crc_ok": pa.array(b.crc_ok),
         "key_hashes": pa.ListArray.from_arrays(pa.array(key_offsets), pa.array(d.index_key_hash, pa.int32())),
+        "body_crc": pa.array(b.body_crc),
     }
     return pa.RecordBatch.from_arrays([cols[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
 

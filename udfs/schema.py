@@ -47,6 +47,7 @@ MESSAGE_SCHEMA = pa.schema(
         ("to_consume_queue", pa.bool_()),
         ("crc_ok", pa.bool_()),
         ("key_hashes", pa.list_(pa.int32())),  # IndexFile keyHash of each key, in put order
+        ("body_crc", pa.int32()),  # BODYCRC as stored
     ]
 )
 
@@ -75,5 +76,25 @@ DLEDGER_INDEX_SCHEMA = pa.schema(
         ("first_bad", pa.int64()),  # audit: first unit that differs, -1 none
         ("bad", pa.int64()),  # audit: units that differ
         ("live_size", pa.int64()),  # audit: the live file's size, -1 when it is missing
+    ]
+)
+
+#: a message one store holds and the other lacks (rmqstore diff --out): what a producer sent, as the store holds it
+MISSING_MESSAGE_SCHEMA = pa.schema(
+    [
+        ("store", pa.string()),  # the store that holds it, as given on the command line
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("commitlog_offset", pa.int64()),
+        ("keys", pa.string()),
+        ("tags", pa.string()),
+        ("uniq_key", pa.string()),
+        ("properties", pa.string()),  # PROPERTIES as stored: name \x01 value \x02 ...
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sys_flag", pa.int32()),
+        ("born_timestamp", pa.int64()),
+        ("store_timestamp", pa.int64()),
     ]
 )

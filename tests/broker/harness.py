@@ -77,6 +77,10 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # Timers.java instead of the workload: timers and delay levels still pending at the stop, behind 2,080-byte
     # timerlog files (39 units each) so their units lie before the broker's timerlog recovery window
     "timers": ({"mappedFileSizeTimerLog": "2080"}, tuple(v for v in VERSIONS if v >= "5")),
+    # a master (ASYNC_MASTER, brokerId 0) and its slave (SLAVE, brokerId 1) of one brokerName: Failover.java's sends,
+    # the slave paused (SIGSTOP) part way, then the master killed -9; store/ is the old master's, slave/store/ the
+    # slave's (FAILOVER_*)
+    "failover": ({"brokerRole": "ASYNC_MASTER", "brokerIP2": "127.0.0.1"}, ("5.5.0",)),
 }
 #: variants sent by Timers.java (mode send), not Workload.java
 TIMER_VARIANTS = ("timers",)
@@ -100,6 +104,12 @@ STALE_TOPICS = {
         for t in ("TopicOrders", "TopicLogs", "TopicPayments", "TopicTx")
     },
 }
+#: variants sent by Failover.java to a master/slave pair (``_write_failover``)
+FAILOVER_VARIANTS = ("failover",)
+#: the failover's sends; acknowledged sends after which the slave is paused (SIGSTOP: a replica that lags), and after
+#: which the master is killed -9; the slave is then let go on (SIGCONT) for FAILOVER_SETTLE_S and stopped cleanly
+FAILOVER_SENDS, FAILOVER_PAUSE_AFTER, FAILOVER_KILL_AFTER, FAILOVER_SETTLE_S = 400, 150, 300, 3.0
+SLAVE_SETTINGS = {"brokerId": "1", "brokerRole": "SLAVE"}
 # variants whose broker is killed with kill -9 in the middle of the send burst
 KILL9_VARIANTS = ("kill9", "dledger-kill9")
 # The store settings (those of /work/shared/fixtures/rocketmq-5.5.0-sample) written to the cached broker.conf.
@@ -193,6 +203,11 @@ class BrokerStore:
         return self.dir / "broker.conf"
 
     @property
+    def slave_root(self) -> Path:
+        """Failover variants: the slave's store root (`root` is the old master's)."""
+        return self.dir / "slave" / "store"
+
+    @property
     def sent(self) -> list[dict]:
         """What the client got back, one line per send (Workload.java: kind, n, status, msgId, topic, ...)."""
         return read_jsonl(self.dir / "sent.jsonl")
@@ -212,13 +227,16 @@ def sources_hash(version: str, variant: str) -> str:
     """What defines one store: Workload.java, the pom and the settings of that version and variant (a new variant
     or version, or edits elsewhere, keep the other stores' cache)."""
     h = hashlib.sha256()
-    extra = (
-        *(("Timers.java",) if variant in TIMER_VARIANTS else ()),
-        *(("Consumers.java",) if variant in CONSUMER_VARIANTS else ()),
-    )
-    for name in ("Workload.java", "pom.xml", *extra):
+    own = {
+        **dict.fromkeys(TIMER_VARIANTS, "Timers.java"),
+        **dict.fromkeys(FAILOVER_VARIANTS, "Failover.java"),
+        **dict.fromkeys(CONSUMER_VARIANTS, "Consumers.java"),
+    }
+    for name in ("Workload.java", "pom.xml", *((own[variant],) if variant in own else ())):
         h.update((HERE / name).read_bytes())
     settings = [VERSIONS[version], store_settings(version, variant), SENDS, KILL9_AFTER_SENDS, JVM_OPTS]
+    if variant in FAILOVER_VARIANTS:
+        settings += [FAILOVER_SENDS, FAILOVER_PAUSE_AFTER, FAILOVER_KILL_AFTER, FAILOVER_SETTLE_S, SLAVE_SETTINGS]
     if variant in UPGRADED_FROM or variant in STALE_TOPICS_JSON:
         settings += [UPGRADED_FROM.get(variant), variant in STALE_TOPICS_JSON and STALE_TOPICS]
     h.update(json.dumps(settings, sort_keys=True).encode())
@@ -261,9 +279,9 @@ def client_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java, Served.java, Bench.java (make bench's sends), Timers.java and Consumers.java compiled against
-    this version's client jars (once per source hash)."""
-    sources = [HERE / f"{name}.java" for name in ("Workload", "Served", "Bench", "Timers", "Consumers")]
+    """Workload.java, Served.java, Bench.java (make bench's sends), Timers.java, Consumers.java and Failover.java
+    compiled against this version's client jars (once per source hash)."""
+    sources = [HERE / f"{name}.java" for name in ("Workload", "Served", "Bench", "Timers", "Consumers", "Failover")]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -371,11 +389,11 @@ class Running:
 
     def workload(self, mode: str, *args: str) -> list[str]:
         """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench";
-        Timers.java: "timers"; Consumers.java: "consumers") against this broker."""
+        Timers.java: "timers"; Consumers.java: "consumers"; Failover.java: "failover") against this broker."""
         cp = f"{workload_classes(self.version)}:{client_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
         mains = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"], "consumers": ["Consumers"]}
-        main = mains.get(mode, ["Workload", mode])
+        main = {**mains, "failover": ["Failover"]}.get(mode, ["Workload", mode])
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
@@ -416,24 +434,42 @@ def running_broker(version: str, run_dir: Path, settings: dict[str, str]) -> Ite
 
 def _start_pair(version: str, run_dir: Path, settings: dict[str, str], procs: list[subprocess.Popen]) -> Running:
     """The name server and the broker started on free loopback ports (appended to `procs` as they start)."""
-    lib, namesrv_lib = broker_lib(version), broker_lib(NAMESRV_FROM.get(version, version))
+    namesrv_lib = broker_lib(NAMESRV_FROM.get(version, version))
+    conf = _logback(run_dir)
+    ns_port = free_broker_port()
+    (conf / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
+    procs.append(_start_server(run_dir, namesrv_lib, "namesrv.NamesrvStartup", conf / "namesrv.conf"))
+    _wait_server("namesrv", ns_port, procs[0], run_dir / "logs" / "namesrv.out", 60)
+    broker, port = _start_broker(version, run_dir, settings, f"127.0.0.1:{ns_port}")
+    procs.append(broker)
+    return Running(version, run_dir, f"127.0.0.1:{ns_port}", f"127.0.0.1:{port}", settings["brokerName"], broker)
+
+
+def _logback(run_dir: Path) -> Path:
+    """`run_dir`/conf with the servers' logback files (4.9.x exits without one)."""
     conf = run_dir / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     for name in ("broker", "namesrv"):
         (conf / f"logback_{name}.xml").write_text(LOGBACK_XML % name)
-    ns_port, port = free_broker_port(), free_broker_port()
-    (conf / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
-    run = {"brokerIP1": "127.0.0.1", "listenPort": str(port), "namesrvAddr": f"127.0.0.1:{ns_port}"}
+    return conf
+
+
+def _start_broker(version: str, run_dir: Path, settings: dict[str, str], namesrv: str) -> tuple[subprocess.Popen, int]:
+    """BrokerStartup on a free loopback port with its store in `run_dir`/store, listening; and its port."""
+    conf, port = _logback(run_dir), free_broker_port()
+    run = {"brokerIP1": "127.0.0.1", "listenPort": str(port), "namesrvAddr": namesrv}
     run["storePathRootDir"] = str(run_dir / "store")
     run["storePathCommitLog"] = str(run_dir / "store" / "commitlog")
     if settings.get("enableDLegerCommitLog") == "true":
         run["dLegerPeers"] = f"{settings['dLegerSelfId']}-127.0.0.1:{free_broker_port()}"
     (conf / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in {**settings, **run}.items()))
-    procs.append(_start_server(run_dir, namesrv_lib, "namesrv.NamesrvStartup", conf / "namesrv.conf"))
-    _wait_server("namesrv", ns_port, procs[0], run_dir / "logs" / "namesrv.out", 60)
-    procs.append(_start_server(run_dir, lib, "broker.BrokerStartup", conf / "broker.conf"))
-    _wait_server("broker", port, procs[1], run_dir / "logs" / "broker.out", 90)
-    return Running(version, run_dir, run["namesrvAddr"], f"127.0.0.1:{port}", settings["brokerName"], procs[1])
+    proc = _start_server(run_dir, broker_lib(version), "broker.BrokerStartup", conf / "broker.conf")
+    try:
+        _wait_server("broker", port, proc, run_dir / "logs" / "broker.out", 90)
+    except HarnessError:
+        stop(proc)
+        raise
+    return proc, port
 
 
 def _wait_server(what: str, port: int, proc: subprocess.Popen, out: Path, timeout: float) -> None:
@@ -539,7 +575,9 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
         (work / "store" / "config" / "topics.json").write_text(json.dumps(STALE_TOPICS, indent=1))
     first_run = variant not in MIXED_VARIANTS and variant not in UPGRADED_FROM
     with running_broker(version, work, settings) as broker:
-        if variant in TIMER_VARIANTS:
+        if variant in FAILOVER_VARIANTS:
+            _write_failover(broker, work, settings, seed)
+        elif variant in TIMER_VARIANTS:
             broker.run_workload("timers", "send", f"out={work / 'sent.jsonl'}", f"seed={seed}", timeout=180)
         else:
             _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=first_run)
@@ -547,7 +585,8 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
             pop = f"pop={has(version, 'pop')}"
             broker.run_workload("consumers", f"out={work / 'consumed.jsonl'}", pop, timeout=240)
     _write_conf(work / "broker.conf", settings, version)
-    shutil.rmtree(work / "conf")  # the run's own settings: ports and temporary paths
+    for conf in (work / "conf", work / "slave" / "conf"):  # the runs' own settings: ports and temporary paths
+        shutil.rmtree(conf, ignore_errors=True)
     seconds = round(time.monotonic() - began, 1)
     if variant in SERVED_VARIANTS:
         write_served(version, work, settings)
@@ -570,11 +609,47 @@ def _send_workload(
         return
     sender = start(broker.workload("send", *args), work / "logs" / "send.out", work)
     try:
-        wait_for("kill9 burst", lambda: out.is_file() and _lines(out) >= KILL9_AFTER_SENDS, 120, sender)
+        wait_for("kill9 burst", lambda: _answered(out, KILL9_AFTER_SENDS), 120, sender)
         stop(broker.broker, signal.SIGKILL, timeout=10)
         sender.wait(timeout=60)
     finally:
         stop(sender, signal.SIGKILL, timeout=5)
+
+
+def _write_failover(master: Running, work: Path, settings: dict[str, str], seed: int) -> None:
+    """A slave beside `master` (work/slave/store), Failover.java's sends into sent.jsonl; the slave paused after
+    FAILOVER_PAUSE_AFTER answers once it holds a replicated record, the master killed -9 after FAILOVER_KILL_AFTER;
+    then the slave let go on for FAILOVER_SETTLE_S (it receives what its socket still holds, the master is gone)
+    and stopped with SIGTERM."""
+    out = work / "sent.jsonl"
+    slave, _ = _start_broker(master.version, work / "slave", {**settings, **SLAVE_SETTINGS}, master.namesrv_addr)
+    try:
+        args = [f"out={out}", f"seed={seed}", f"sends={FAILOVER_SENDS}"]
+        sender = start(master.workload("failover", *args), work / "logs" / "failover.out", work)
+        try:
+            wait_for("failover sends", lambda: _answered(out, FAILOVER_PAUSE_AFTER), 120, sender)
+            wait_for("the slave's first replicated record", lambda: _holds_records(work / "slave" / "store"), 30)
+            os.killpg(slave.pid, signal.SIGSTOP)
+            wait_for("failover sends", lambda: _answered(out, FAILOVER_KILL_AFTER), 60, sender)
+            stop(master.broker, signal.SIGKILL, timeout=10)
+            sender.wait(timeout=60)
+        finally:
+            stop(sender, signal.SIGKILL, timeout=5)
+            os.killpg(slave.pid, signal.SIGCONT)
+        time.sleep(FAILOVER_SETTLE_S)
+    finally:
+        stop(slave)
+
+
+def _answered(out: Path, sends: int) -> bool:
+    return out.is_file() and _lines(out) >= sends
+
+
+def _holds_records(store: Path) -> bool:
+    """Whether the store's first commitlog segment starts with a record (its file is preallocated: zeros)."""
+    first = store / "commitlog" / f"{0:020d}"
+    with open(first, "rb") if first.is_file() else open(os.devnull, "rb") as f:
+        return f.read(4) not in (b"", bytes(4))
 
 
 def release(version: str) -> tuple[int, int, int]:

@@ -26,9 +26,18 @@ from typing import IO
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / "recorded"
 STORES, ANSWERS, MANIFEST = RECORDED / "stores", RECORDED / "answers", RECORDED / "MANIFEST.json"
-# what of a store directory is packed: the store, its settings, what the client sent and a broker served, and the
-# store log (test_bench reads it); the other logs stay in the cache
-PACKED = ("store", "broker.conf", "COMPLETE", "sent.jsonl", "sent-*.jsonl", "served.jsonl", "consumed.jsonl")
+# what of a store directory is packed: the store, its settings, what the client sent and a broker served, a failover
+# pair's slave store, and the store log (test_bench reads it); the other logs stay in the cache
+PACKED = (
+    "store",
+    "broker.conf",
+    "COMPLETE",
+    "sent.jsonl",
+    "sent-*.jsonl",
+    "served.jsonl",
+    "consumed.jsonl",
+    "slave/store",
+)
 PACKED += ("logs/rocketmqlogs/store.log",)
 HOLE = 1 << 16  # a zero run this long, aligned, is left a hole on unpacking
 
