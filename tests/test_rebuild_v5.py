@@ -181,12 +181,16 @@ def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> N
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("version", ["5.5.0", "5.3.3"])
-def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path: Path, version: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "seed"), [("5.5.0", SEED), ("5.3.3", SEED), pytest.param("5.5.0", 8, marks=pytest.mark.matrix)]
+)
+def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(
+    spark, tmp_path: Path, version: str, seed: int
+) -> None:
     """4.9.7 wrote the store and stopped cleanly, then the 5.x broker went on writing the same files: each stretch
     of the commitlog is dispatched by the rules of the release that wrote it (found with no flag), byte-exact, and
     the audit is clean."""
-    store = harness_store(version, "upgraded")
+    store = harness_store(version, "upgraded", seed)  # seed 8: another workload (make test-matrix)
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
     run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     assert_same_index(store / "store", out)
