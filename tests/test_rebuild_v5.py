@@ -20,8 +20,9 @@ from jobs.pipeline.rebuild_flow import rebuild
 from storelib.broker.config import load_broker_config
 from storelib.formats.rocksdbcq import unit_key
 from tests.broker.fixtures import harness_store
-from tests.broker.harness import SEED, SEEDS
+from tests.broker.harness import SEED, SEEDS, read_jsonl
 from tests.reference import assert_same_index, walk_commitlog
+from tests.storecopy import rmqstore_main, tree_digest
 
 
 @pytest.mark.parametrize("version", ["5.5", ""])
@@ -180,12 +181,16 @@ def test_a_killed_broker_store_is_audited_as_crashed(spark, tmp_path: Path) -> N
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("version", ["5.5.0", "5.3.3"])
-def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path: Path, version: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "seed"), [("5.5.0", SEED), ("5.3.3", SEED), pytest.param("5.5.0", 8, marks=pytest.mark.matrix)]
+)
+def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(
+    spark, tmp_path: Path, version: str, seed: int
+) -> None:
     """4.9.7 wrote the store and stopped cleanly, then the 5.x broker went on writing the same files: each stretch
     of the commitlog is dispatched by the rules of the release that wrote it (found with no flag), byte-exact, and
     the audit is clean."""
-    store = harness_store(version, "upgraded")
+    store = harness_store(version, "upgraded", seed)  # seed 8: another workload (make test-matrix)
     run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
     run = rebuild(run, str(store / "store"), str(out)).run  # with the rules it settled
     assert_same_index(store / "store", out)
@@ -194,6 +199,49 @@ def test_a_store_upgraded_in_place_is_rebuilt_stretch_by_stretch(spark, tmp_path
     assert rules["stretches"][1]["start"] > 0
     result = audit(run, str(store / "store"), str(out), None)
     assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+
+
+@pytest.mark.broker
+def test_a_4_8_store_upgraded_to_5_5_is_told_apart_by_each_index_file(spark, tmp_path: Path) -> None:
+    """4.8.0 wrote the store (no topic#T#<TAGS> keys), then 5.5.0 went on inside the same IndexFile; both releases'
+    broker-written property strings end with 0x02: each live IndexFile's keys speak for the commitlog range its
+    header covers, so the tag-key boundary is a stretch boundary. With no flag: byte-exact, audit clean."""
+    store = harness_store("5.5.0", "upgraded-4.8.0")
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    run = rebuild(run, str(store / "store"), str(out)).run
+    assert_same_index(store / "store", out)
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert [s["name"] for s in rules["stretches"]] == ["4.7.1", "5.5"], rules
+    offsets = {r.properties.get("UNIQ_KEY"): r.offset for r in walk_commitlog(store / "store" / "commitlog")}
+    old, new = (read_jsonl(store / name) for name in ("sent-4.8.0.jsonl", "sent.jsonl"))
+    last_4_8, first_5_5 = offsets[old[-1]["msgId"]], offsets[new[0]["msgId"]]
+    assert last_4_8 < rules["stretches"][1]["start"] <= first_5_5
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+
+
+@pytest.mark.broker
+def test_recover_of_the_4_8_to_5_5_store_after_its_queues_and_index_are_lost(tmp_path: Path, capsys) -> None:
+    """consumequeue/ and index/ lost: nothing tells the 4.8.0 stretch from a 5.5.0 one but config/ files the upgrade
+    left, so recover writes the broker's own IndexFiles or refuses with the store untouched, naming the flag."""
+    store = harness_store("5.5.0", "upgraded-4.8.0")
+    lost = tmp_path / "store"
+    shutil.copytree(store / "store", lost)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(lost / name)
+    before = tree_digest(lost)
+    conf = ["--store", str(lost), "--broker-config", str(store / "broker.conf"), "--apply"]
+    code = rmqstore_main(["recover", *conf, "--backup-dir", str(tmp_path / "backup")])
+    err = capsys.readouterr().err
+    if code == 0:
+        assert index_files(lost) == index_files(store / "store"), err
+    else:
+        assert code == 2 and "--broker-version X.Y.Z" in err and "commitlog" in err, err
+        assert tree_digest(lost) == before
+
+
+def index_files(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((root / "index").iterdir())]
 
 
 @pytest.mark.broker

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jobs.pipeline.store_rules import _merged
 from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
-from storelib.broker.detection import Releases, StoreFacts, Stretch, releases
+from storelib.broker.detection import Clue, Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
 from storelib.broker.rule_choice import RuleInputs, differences, lmq_writers, select, select_stretches
 from storelib.broker.versions import RULE_SETS, rules_for
@@ -527,6 +528,36 @@ def test_each_stretch_of_a_batch_is_dispatched_by_its_release() -> None:
     ]
     assert [(k, lo, hi) for k, lo, hi, _ in cfg.stretch_parts(np.array([1200], np.int64))] == [(1, 0, 1)]
     assert BrokerConfig().stretch_parts(np.array([5], np.int64))[0][:3] == (0, 0, 1)
+
+
+def test_a_stretch_told_by_its_live_files_gets_its_own_rules_or_a_refusal_naming_its_range() -> None:
+    """4.8.0 then 5.5.0 (both end property strings with 0x02): the first stretch's IndexFiles hold no
+    topic#T#<TAGS> keys and count occupied slots; that allows 4.7.1 … 4.9.0 or 5.2 … 5.3.x, which read a TAGS value
+    holding 0x01 otherwise: refused, naming the range and the flag, until its ConsumeQueue units show the split."""
+    cp = bytes(40) + b"\x01" * 8  # logicsPhysicalOffset: 5.5.0
+    facts = StoreFacts(checkpoint=cp, props_records=5, props_ending_02=5, tag_keys_found=4, tag_keys_checked=4)
+    slots = Clue.at_least("index hashSlotCount", "index/x's hashSlotCount counts occupied slots", (4, 7, 1))
+    old, new = Stretch(0, True, (), False, None, (slots,)), Stretch(9000, True, (), True)
+    rules = select_stretches("", facts, (old, new))
+    ((start, first),) = rules.earlier
+    assert (start, first.releases.text, rules.rules.name) == (0, "4.7.1 up to 4.9.1 or 5.2.0 up to 5.4.0", "5.5")
+    assert "topic#T#<TAGS>" in first.why
+    with pytest.raises(AmbiguousRelease, match=r"commitlog offsets 0 up to 9,000 .*--broker-version X\.Y\.Z"):
+        first.settle(RuleInputs(split_pair_records=3))
+    split = dataclasses.replace(old, split_pairs=True)
+    first = select_stretches("", facts, (split, new)).earlier[0][1]
+    assert first.releases.text == "4.7.1 up to 4.9.1" and first.settle(RuleInputs(split_pair_records=3)).settled
+    with pytest.raises(ConfigError, match=r"offsets 0 up to 9,000 .*--broker-version X\.Y\.Z"):
+        select_stretches("", facts, (dataclasses.replace(old, tag_keys=True, split_pairs=True), new))
+
+
+def test_fingerprint_boundaries_whose_windows_overlap_are_one_stretch_boundary() -> None:
+    """A property-ending cut at 800 (its window: (799, 800]) inside a tag-key cut's window (600, 900]: one boundary,
+    at 800; windows apart: two."""
+    claim = (-1, 0, False)
+    assert _merged([0], [claim, (799, 800, True)], [claim, (600, 900, True)]) == [0, 800]
+    assert _merged([0], [claim, (199, 200, True)], [claim, (600, 900, True)]) == [0, 200, 900]
+    assert _merged([0], [], [claim]) == [0]
 
 
 def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> None:

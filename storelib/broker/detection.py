@@ -288,7 +288,7 @@ def clues(f: StoreFacts) -> list[Clue]:
         out.append(Clue.below("repeated property", text, (5, 4, 0)))
     if f.crc_property_records:
         out.append(Clue.at_least("__CRC32#", f"{f.crc_property_records} sampled record(s) hold __CRC32#", v52))
-    out += _slot_count_clues(f.index_slot_counts)
+    out += slot_count_clues(f.index_slot_counts)
     if f.tag_keys_checked:
         found, n, since = f.tag_keys_found or 0, f.tag_keys_checked, first_with("index_tag_keys")
         if found == n:
@@ -300,7 +300,7 @@ def clues(f: StoreFacts) -> list[Clue]:
     return out
 
 
-def _slot_count_clues(counts: tuple[tuple[str, int, int, int], ...]) -> list[Clue]:
+def slot_count_clues(counts: tuple[tuple[str, int, int, int], ...]) -> list[Clue]:
     """A live IndexFile whose header's hashSlotCount equals its puts (indexCount - 1), more than its occupied slots:
     written by a release that counts every put (IndexFile.putKey before 4.7.1); one that equals its occupied
     slots: by a later one. Other counts (a damaged header) tell nothing."""
@@ -374,7 +374,9 @@ def releases(f: StoreFacts) -> Releases:
             spans = intersect(spans, c.spans)
     if not spans:
         raise ConfigError(
-            "the store's clues contradict each other (" + "; ".join(c.text for c in found) + "): give --broker-version"
+            "the store's clues for the whole commitlog (or, in a store several releases wrote, for its last stretch) "
+            f"contradict each other ({'; '.join(c.text for c in found)}). Nothing was written: give the release "
+            "that wrote the store last with --broker-version X.Y.Z"
         )
     aside = []
     for c in found:
@@ -387,28 +389,70 @@ def releases(f: StoreFacts) -> Releases:
     return Releases(spans, found, tuple(aside))
 
 
+def tag_key_spans(found: bool) -> tuple[Span, ...]:
+    """The releases that put (``found``) or do not put a topic#T#<TAGS> IndexFile key (IndexService.buildIndex)."""
+    since = first_with("index_tag_keys")
+    return ((since, END),) if found else ((FIRST, since),)
+
+
 @dataclasses.dataclass(frozen=True)
 class Stretch:
-    """A run of the commitlog one release wrote (an in-place upgrade leaves several): where its first record is,
-    and whether its records' property strings end with 0x02 (PROPERTIES_END_02), the fingerprint that tells it
-    from the next; the source topics of its records with LMQ offsets that were read (see BrokerRules)."""
+    """A run of the commitlog one release wrote (an in-place upgrade leaves several): where its first record is, and
+    the fingerprints that tell it from the next (None: nothing in the stretch tells): whether its broker-written
+    records' property strings end with 0x02 (PROPERTIES_END_02), whether the live IndexFiles covering its tagged
+    messages hold their topic#T#<TAGS> keys, whether the live ConsumeQueue units of its records whose TAGS value
+    holds 0x01 show the pair split (before 4.9.1: no TAGS); ``files``: clues of live files lying wholly inside it
+    (an IndexFile's hashSlotCount); the source topics of its records with LMQ offsets read (see BrokerRules)."""
 
     start: int
-    ends_02: bool
+    ends_02: bool | None
     lmq_sources: tuple[str, ...] = ()
+    tag_keys: bool | None = None
+    split_pairs: bool | None = None
+    files: tuple[Clue, ...] = ()
+
+    @property
+    def clues(self) -> tuple[Clue, ...]:
+        out = []
+        if self.ends_02 is not None:
+            spans = PROPERTIES_END_02 if self.ends_02 else _complement(PROPERTIES_END_02)
+            end = "end" if self.ends_02 else "do not end"
+            text = f"from commitlog offset {self.start:,} the records' property strings {end} with 0x02"
+            out.append(Clue("stretch", text, spans))
+        if self.tag_keys is not None:
+            hold = "hold" if self.tag_keys else "do not hold"
+            text = (
+                f"from commitlog offset {self.start:,} the live IndexFiles {hold} the tagged messages' topic#T#<TAGS>"
+            )
+            out.append(Clue("stretch index tag keys", text, tag_key_spans(self.tag_keys)))
+        if self.split_pairs is not None:
+            read = "as no TAGS (a pair split in three)" if self.split_pairs else "whole"
+            text = f"from commitlog offset {self.start:,} the live ConsumeQueues read TAGS holding 0x01 {read}"
+            make = Clue.below if self.split_pairs else Clue.at_least
+            out.append(
+                make("stretch TAGS split", text, next(r.first for r in RULE_SETS if not r.properties_split_pairs))
+            )
+        return (*out, *self.files)
 
     @property
     def clue(self) -> Clue:
-        spans = PROPERTIES_END_02 if self.ends_02 else _complement(PROPERTIES_END_02)
-        end = "end" if self.ends_02 else "do not end"
-        text = f"from commitlog offset {self.start:,} the records' property strings {end} with 0x02"
-        return Clue("stretch", text, spans)
+        """Every clue of the stretch as one: the releases all of them allow."""
+        spans: tuple[Span, ...] = ((FIRST, END),)
+        for c in self.clues:
+            spans = intersect(spans, c.spans)
+        return Clue(
+            "stretch", "; ".join(c.detail for c in self.clues) or f"from commitlog offset {self.start:,}", spans
+        )
 
 
-def earlier_releases(stretch: Stretch, later: Releases) -> Releases:
-    """The releases that can have written a stretch before one ``later`` allows: its fingerprint's, up to the last
-    release the later stretch allows (an upgrade goes forward)."""
+def earlier_releases(stretch: Stretch, later: Releases, end: int) -> Releases:
+    """The releases that can have written a stretch (up to commitlog offset ``end``) before one ``later`` allows:
+    its fingerprints', up to the last release the later stretch allows (an upgrade goes forward)."""
     spans = intersect(stretch.clue.spans, ((FIRST, later.spans[-1][1]),))
     if not spans:
-        raise ConfigError(f"{stretch.clue.text}, which no release before {later.text} writes: give --broker-version")
-    return Releases(spans, (stretch.clue,))
+        raise ConfigError(
+            f"{stretch.clue.text}, which no release before {later.text} writes: the releases that wrote commitlog "
+            f"offsets {stretch.start:,} up to {end:,} cannot be told: give --broker-version X.Y.Z (the release that "
+            "wrote the store last; each earlier stretch is then told by its own records)"
+        )
+    return Releases(spans, stretch.clues)

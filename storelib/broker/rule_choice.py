@@ -103,6 +103,8 @@ class BrokerRules:
     #: rules); these rules are the last stretch's, from ``start``
     earlier: tuple[tuple[int, BrokerRules], ...] = ()
     start: int = 0
+    #: the commitlog these rules are for, as a refusal names it ("the whole commitlog", "commitlog offsets A up to B")
+    covers: str = "the whole commitlog"
 
     @property
     def candidates(self) -> tuple[RuleSet, ...]:
@@ -118,7 +120,10 @@ class BrokerRules:
         assert self.releases is not None
         writers, because = lmq_writers(self.releases, inputs)
         if not writers:
-            raise ConfigError(f"the store's records contradict its clues ({self.why}; {because}): give the release")
+            raise ConfigError(
+                f"the store's records contradict its clues for {self.covers} ({self.why}; {because}). Nothing was "
+                "written: give the release with --broker-version X.Y.Z"
+            )
         rules = self.rules
         chain = [rules, *(r for r in writers if r is not rules)]  # each difference said once, where it changes
         diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs)))
@@ -129,16 +134,17 @@ class BrokerRules:
         choices = [version_text(self.releases.lowest_of(r)) or "" for r in classes]
         if diffs:
             raise AmbiguousRelease(
-                f"the store cannot tell which broker release wrote it: its clues allow {self.releases.text} "
-                f"({self.why}{'; ' + because if because else ''}), and those releases write different files for "
-                f"this store: {'; '.join(diffs)}. Nothing was written: give the release with --broker-version",
+                f"the store cannot tell which broker release wrote it: for {self.covers} its clues allow "
+                f"{self.releases.text} ({self.why}{'; ' + because if because else ''}), and those releases write "
+                f"different files for this store: {'; '.join(diffs)}. Nothing was written: give the release with "
+                "--broker-version X.Y.Z",
                 choices,
             )
         if not rules.verified:
             raise AmbiguousRelease(
-                f"the store's clues allow {self.releases.text} ({self.why}) only, whose rule sets "
+                f"for {self.covers} the store's clues allow {self.releases.text} ({self.why}) only, whose rule sets "
                 f"{', '.join(r.name for r in writers)} no real broker verified. Nothing was written: give the "
-                "release with --broker-version to use them",
+                "release with --broker-version X.Y.Z to use them",
                 choices,
             )
         why = self.why + (f"; {because}" if because else "")
@@ -241,12 +247,16 @@ def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, 
     last = select(version, dataclasses.replace(facts, upgraded=True))
     later = given_releases(version) if last.releases is None else last.releases  # given: the last stretch's
     earlier = []
-    for stretch in reversed(stretches[:-1]):
-        found = earlier_releases(stretch, later)
+    ends = [s.start for s in stretches[1:]]
+    for stretch, end in reversed(list(zip(stretches[:-1], ends))):
+        found = earlier_releases(stretch, later, end)
         lmq = StoreFacts(lmq_sources=stretch.lmq_sources)
-        earlier.append((stretch.start, _unsettled(found, lmq, "detected", stretch.clue.text, "")))
+        rules = _unsettled(found, lmq, "detected", stretch.clue.text, "")
+        covers = f"commitlog offsets {stretch.start:,} up to {end:,}"
+        earlier.append((stretch.start, dataclasses.replace(rules, covers=covers)))
         later = found
-    return dataclasses.replace(last, earlier=tuple(reversed(earlier)), start=stretches[-1].start)
+    covers = f"commitlog offsets from {stretches[-1].start:,}"
+    return dataclasses.replace(last, earlier=tuple(reversed(earlier)), start=stretches[-1].start, covers=covers)
 
 
 def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, version: str) -> BrokerRules:

@@ -70,6 +70,9 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "upgraded": ({}, ("5.5.0", "5.3.3")),
     # the workload, then its consumers (Consumers.java): retries, a dead-letter queue, orderly and (5.x) POP
     "consumers": ({}, CORE_VERSIONS),
+    # 4.8.0 first (no topic#T#<TAGS> IndexFile keys), small IndexFiles: the upgrade falls inside one, and both
+    # releases' broker-written property strings end with 0x02 (no property boundary)
+    "upgraded-4.8.0": ({"maxIndexNum": "1500", "maxHashSlotNum": "997"}, ("5.5.0",)),
     # one release of each 5.x line, and 4.9.7
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7", "5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
@@ -93,7 +96,7 @@ MIXED_VARIANTS = ("dledger-mixed",)
 # variants written first by older releases (in this order, each stopped cleanly), then by the variant's own release on
 # the same files: the in-place upgrade RocketMQ documents. Each run sends the workload (TopicBatchCQ a plain topic:
 # a later createTopic may not set queue.type again); the older runs' sends go to sent-<release>.jsonl
-UPGRADED_FROM = {"upgraded": ("4.9.7",)}
+UPGRADED_FROM = {"upgraded": ("4.9.7",), "upgraded-4.8.0": ("4.8.0",)}
 # variants whose store/config/topics.json is written before the first start: a file the broker does not maintain
 # (storeType=defaultRocksDB keeps topic configs in config/topics/), as an operator pre-declared it for 4.9
 STALE_TOPICS_JSON = ("rocksdb-stale-topics",)
