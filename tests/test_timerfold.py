@@ -133,7 +133,7 @@ class InRanges:
         return timerlog.walk_ranges(lambda at, n: self.data[at : at + n], len(self.data), self.start, self.per)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(UNITS, st.integers(1, 9), st.booleans())
 def test_a_store_audited_in_ranges_is_the_store_audited_whole(draws: list, per: int, snapshot: bool) -> None:
     """Every finding, the rebuilt files, the cut and the counts of a store whose timerlog is read in ranges (two
