@@ -1,10 +1,12 @@
 """The timer store and the delay offsets on an executor: one task reads the store's timerlog/, timerwheel,
 config/timercheck, config/delayOffset.json (and .bak) and the timer records the parse left in the scratch
 directory, judges them (storelib.audit.timers) and, for a rebuild, writes the rebuilt timerwheel, timercheck and
-delayOffset.json. The units and records it holds are those of the timer store alone (52 bytes a unit)."""
+delayOffset.json. It holds the timer records and one range of the timerlog at a time (the timerlog is folded range
+by range: storelib.audit.timerfold)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from typing import TypedDict
@@ -62,14 +64,31 @@ def _bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
     return read_file(fs, path) if fs.get_file_info(path).type == pafs.FileType.File else None
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredLogFile:
+    """A timerlog file of the store, walked range by range as it is read (timerlog.LogFile)."""
+
+    fs: pafs.FileSystem
+    path: str
+    start: int
+    size: int
+    range_units: int = timerlog.RANGE_UNITS
+
+    def ranges(self) -> Iterator[timerlog.Walk]:
+        with self.fs.open_input_file(self.path) as f:
+            read = f.read_at
+            yield from timerlog.walk_ranges(lambda at, n: read(n, at), self.size, self.start, self.range_units)
+
+
 def read_store(store_uri: str) -> TimerStore:
-    """The store's timer files as they are (timerlog files walked as the broker's recovery walks them)."""
+    """The store's timer files as they are (timerlog files walked as the broker's recovery walks them, range by
+    range when the checks fold them)."""
     fs, root = resolve(store_uri)
     walks = []
     for info in sorted(list_files(fs, join(root, timerlog.DIR)), key=lambda i: i.base_name):
         start = parse_offset_name(info.base_name)
         if start is not None and info.type == pafs.FileType.File:
-            walks.append(timerlog.walk(read_file(fs, info.path), start))
+            walks.append(StoredLogFile(fs, info.path, start, info.size))
     snapshots = tuple(
         (i.base_name, read_file(fs, i.path))
         for i in list_files(fs, root)

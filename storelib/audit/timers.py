@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.audit.timerfold import NONE, FoldSettings, RecordIndex, Side, UnitFold, empty, fold_units
 from storelib.broker import timers as rules
 from storelib.errors import StoreFormatError
 from storelib.findings import Finding, QueuePlace, finding
@@ -28,7 +29,7 @@ DELAY_OFFSETS = delayoffset.PATH
 class TimerStore:
     """What the store holds of the timer store and the delay offsets (bytes as read; None: no such file)."""
 
-    timerlog: tuple[timerlog.Walk, ...]  # each file's units, in offset order
+    timerlog: tuple[timerlog.LogFile, ...]  # each file's walk (in ranges), in offset order
     wheel: bytes | None
     checkpoint: bytes | None
     delay_offsets: str | None
@@ -74,54 +75,58 @@ class TimerAudit:
         return [m for m in (*self.timers, *self.schedule) if m.pending]
 
 
-def _units(store: TimerStore) -> tuple[np.ndarray, np.ndarray]:
-    """All units in timerlog order and their timerlog offsets."""
-    units = [w.units for w in store.timerlog]
-    pos = [w.positions for w in store.timerlog]
-    if not units:
-        return np.zeros(0, timerlog.UNIT_DTYPE), np.zeros(0, np.int64)
-    return np.concatenate(units), np.concatenate(pos)
+@dataclasses.dataclass(frozen=True)
+class TimerLog:
+    """The timerlog folded: its files' walks (start, end, why), the fold of its units, and per wheel snapshot the
+    touched slots of the units before its position."""
+
+    files: tuple[tuple[int, int, str], ...]
+    fold: UnitFold
+    snapshots: dict[int, np.ndarray]
 
 
-def _cut(units: np.ndarray, positions: np.ndarray, log_end: int) -> tuple[int | None, int]:
-    """Where the units stop pointing into the log (the first unit at or past its end, when every later one is too:
-    a truncated log leaves a suffix), and how many units past the end lie before some unit inside it."""
-    past = units["offset_py"] >= log_end
-    if not past.any():
-        return None, 0
-    first = int(np.flatnonzero(past)[0])
-    stray = int((~past[first:]).sum())
-    return (int(positions[first]) if not stray else None), stray
+def fold_log(store: TimerStore, index: RecordIndex, s: Settings) -> TimerLog:
+    """The timerlog's files walked range by range, each range folded and combined in timerlog order: memory holds
+    one range, the fold's slots and the snapshots' slots."""
+    fs = FoldSettings(s.precision_ms, s.log_end, rules.read_floor_ms(s.now_ms, s.precision_ms))
+    flags = {f for f in (timerwheel.snapshot_flag(name) for name, _ in store.snapshots) if f is not None}
+    snapshots = {f: timerwheel.empty_state() for f in flags}
+    acc = empty(index)
+    files = []
+    for log_file in store.timerlog:
+        for w in log_file.ranges():
+            positions = w.positions
+            acc = acc.then(fold_units(w.units, positions, index, fs))
+            for f in flags:
+                b = positions < f
+                part = timerwheel.partial(
+                    timerlog.unit_time(w.units[b]), positions[b], w.units["magic"][b], s.precision_ms
+                )
+                snapshots[f] = timerwheel.combine(snapshots[f], part)
+        files.append((w.start, w.end, w.why))
+    return TimerLog(tuple(files), acc, snapshots)
 
 
 def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudit:
     """Every check of the timer store and the delay offsets; the files recover would write."""
     found: list[Finding] = []
     writes: dict[str, str] = {}
-    units, positions = _units(store)
-    cut_at, stray = _cut(units, positions, s.log_end)
-    kept = positions < cut_at if cut_at is not None else np.ones(len(units), bool)
     timers = rules.timer_states(records, s.release, s.append_topic_for_delete_key)
     schedule = rules.schedule_states(records, s.delay_levels_ms)
     wheel = None
     checkpoint = None
+    index = RecordIndex.of(records, timers)
+    log = fold_log(store, index, s)
     if store.present:
-        found += _log_findings(store, units, positions, records, s, cut_at, stray)
-        state = timerwheel.fold(
-            timerwheel.empty_state(),
-            timerlog.unit_time(units[kept]),
-            positions[kept],
-            units["magic"][kept],
-            s.precision_ms,
-        )
-        wheel = timerwheel.wheel_bytes(state)
-        found += _wheel_findings(store.wheel, wheel, int(positions[0]) if len(positions) else 0, writes)
-        found += _snapshot_findings(store, units, positions, s)
-        checkpoint, ck_found = _checkpoint(store, units[kept], positions[kept], records, timers, s, cut_at)
+        found += _log_findings(log, s)
+        wheel = timerwheel.wheel_bytes(_kept(log.fold).wheel)
+        found += _wheel_findings(store.wheel, wheel, max(log.fold.first_pos, 0), writes)
+        found += _snapshot_findings(store, log)
+        checkpoint, ck_found = _checkpoint(store, log.fold, index.delivered_queue, records, s)
         found += ck_found
         if ck_found:
             writes[CHECKPOINT] = ck_found[0].kind
-        found += _lookback(units[kept], timers, s)
+        found += _lookback(log.fold, s)
     if store.rocksdb_timer_records > 0:
         message = (
             f"the RocksDB timer store ({rules.ROCKSDB_DIR}/, column family {rules.ROCKSDB_TIMER_FAMILY}) holds "
@@ -138,7 +143,7 @@ def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudi
         text = delayoffset.encode(table, version, fastjson2=s.release[:2] >= (5, 4))
     counts = {
         "timerlog_files": len(store.timerlog),
-        "timerlog_units": len(units),
+        "timerlog_units": log.fold.units,
         "wheel_slots_used": int(np.count_nonzero(np.frombuffer(wheel, timerwheel.SLOT_DTYPE)["time"])) if wheel else 0,
         "timers": len(timers),
         "timers_pending": sum(m.pending for m in timers),
@@ -146,84 +151,62 @@ def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudi
         "delayed_pending": sum(m.pending for m in schedule),
     }
     return TimerAudit(
-        tuple(found), wheel, table, text, checkpoint, cut_at, writes, tuple(timers), tuple(schedule), counts
+        tuple(found), wheel, table, text, checkpoint, log.fold.cut_at, writes, tuple(timers), tuple(schedule), counts
     )
 
 
-def _record_index(records: pa.Table) -> tuple[np.ndarray, pa.Table]:
-    """The rmq_sys_wheel_timer records sorted by commitlog offset, and their offsets."""
-    t = records.filter(pc.equal(records["topic"], rules.TIMER_TOPIC)).sort_by("commitlog_offset")
-    return t["commitlog_offset"].to_numpy(), t
+def _kept(fold: UnitFold) -> Side:
+    """The units the rebuilt files are made of: all of them, or those before the cut."""
+    return fold.kept if fold.cut_at is not None else fold.all
 
 
-def _log_findings(
-    store: TimerStore,
-    units: np.ndarray,
-    positions: np.ndarray,
-    records: pa.Table,
-    s: Settings,
-    cut_at: int | None,
-    stray: int,
-) -> list[Finding]:
+def _log_findings(log: TimerLog, s: Settings) -> list[Finding]:
     """The timerlog's files and units: torn files, units past the log, units without their record, units whose time
     is not the record's TIMER_OUT_MS, units enqueued twice."""
     out = []
-    for k, w in enumerate(store.timerlog):
-        last = k == len(store.timerlog) - 1
-        if w.why == timerlog.END_BAD or (not last and w.why != timerlog.END_BLANK):
-            rel = f"{timerlog.DIR}/{timerlog.file_name(w.start)}"
+    for k, (start, end, why) in enumerate(log.files):
+        last = k == len(log.files) - 1
+        if why == timerlog.END_BAD or (not last and why != timerlog.END_BLANK):
+            rel = f"{timerlog.DIR}/{timerlog.file_name(start)}"
             message = (
-                f"the units stop at file offset {w.end} ({w.why}) before the end of the timerlog: the broker's "
+                f"the units stop at file offset {end} ({why}) before the end of the timerlog: the broker's "
                 "recovery truncates the timerlog there when it reaches this file, and every later unit is lost"
             )
-            out.append(finding("timer-log-torn", rel, message, file_offset=w.end, commitlog_offset=None))
-    past = units["offset_py"] >= s.log_end
-    if past.any():
-        first = int(np.flatnonzero(past)[0])
+            out.append(finding("timer-log-torn", rel, message, file_offset=end, commitlog_offset=None))
+    fold = log.fold
+    if fold.first_past is not None:
+        position, offset = fold.first_past
         where = (
             "recover cuts the timerlog there"
-            if cut_at is not None
-            else (f"{stray} unit(s) after them point inside the log, so recover leaves the timerlog as it is")
+            if fold.cut_at is not None
+            else (f"{fold.stray} unit(s) after them point inside the log, so recover leaves the timerlog as it is")
         )
         out.append(
             finding(
                 "timer-unit-past-log",
-                _unit_file(int(positions[first]), s),
-                f"{int(past.sum())} timerlog unit(s) point at or past the commitlog's end {s.log_end:,} (a truncated "
+                _unit_file(position, s),
+                f"{fold.past} timerlog unit(s) point at or past the commitlog's end {s.log_end:,} (a truncated "
                 f"log): dequeue cannot read them and drops their timers; {where}",
-                file_offset=int(positions[first]) % s.timer_log_file_size,
-                commitlog_offset=int(units["offset_py"][first]),
-                count=int(past.sum()),
+                file_offset=position % s.timer_log_file_size,
+                commitlog_offset=offset,
+                count=fold.past,
             )
         )
-    inside = np.flatnonzero(~past)
-    offsets, t = _record_index(records)
-    at = np.searchsorted(offsets, units["offset_py"][inside])
-    at_c = np.minimum(at, max(len(offsets) - 1, 0))
-    sizes = t["size"].to_numpy() if len(offsets) else np.zeros(0, np.int32)
-    found_rec = (
-        (at < len(offsets)) & (offsets[at_c] == units["offset_py"][inside])
-        if len(offsets)
-        else np.zeros(len(inside), bool)
-    )
-    found_rec &= (sizes[at_c] == units["size_py"][inside]) if len(offsets) else found_rec
-    missing = inside[~found_rec]
-    if len(missing):
-        i = int(missing[0])
+    if fold.first_bad_record is not None:
+        position, offset, size = fold.first_bad_record
         out.append(
             finding(
                 "timer-unit-bad-record",
-                _unit_file(int(positions[i]), s),
-                f"{len(missing)} timerlog unit(s) point at no rmq_sys_wheel_timer record of their size (the first: "
-                f"offset {int(units['offset_py'][i]):,}, size {int(units['size_py'][i])}): dequeue cannot decode "
-                "the message and drops the timer",
-                file_offset=int(positions[i]) % s.timer_log_file_size,
-                commitlog_offset=int(units["offset_py"][i]),
-                count=len(missing),
+                _unit_file(position, s),
+                f"{fold.bad_record} timerlog unit(s) point at no rmq_sys_wheel_timer record of their size (the first: "
+                f"offset {offset:,}, size {size}): dequeue cannot decode the message and drops the timer",
+                file_offset=position % s.timer_log_file_size,
+                commitlog_offset=offset,
+                count=fold.bad_record,
             )
         )
-    out += _time_findings(units, positions, inside[found_rec], at_c[found_rec], t, s)
-    dup = _duplicates(units[~past])
+    out += _time_findings(fold, s)
+    dup = fold.duplicates
     if dup:
         out.append(
             finding(
@@ -241,39 +224,24 @@ def _unit_file(position: int, s: Settings) -> str:
     return f"{timerlog.DIR}/{timerlog.file_name(position // s.timer_log_file_size * s.timer_log_file_size)}"
 
 
-def _time_findings(
-    units: np.ndarray, positions: np.ndarray, which: np.ndarray, at: np.ndarray, t: pa.Table, s: Settings
-) -> list[Finding]:
+def _time_findings(fold: UnitFold, s: Settings) -> list[Finding]:
     """Units filed under another time than their record's TIMER_OUT_MS (a roll unit: not after it)."""
-    if not len(which):
+    if fold.first_wrong_time is None:
         return []
-    out_ms = rules.int_column(t["timer_out_ms"])[at]
-    when = timerlog.unit_time(units[which])
-    roll = (units["magic"][which] & timerlog.MAGIC_ROLL) != 0
-    bad = np.flatnonzero(np.where(roll, when > out_ms, when != out_ms))
-    if not len(bad):
-        return []
-    i = int(which[bad[0]])
+    position, offset, when, out_ms = fold.first_wrong_time
     return [
         finding(
             "timer-unit-wrong-time",
-            _unit_file(int(positions[i]), s),
-            f"{len(bad)} timerlog unit(s) are filed under another time than their record's TIMER_OUT_MS (the "
-            f"first: {int(when[bad[0]])} for {int(out_ms[bad[0]])}): the broker delivers them at the unit's time",
-            file_offset=int(positions[i]) % s.timer_log_file_size,
-            commitlog_offset=int(units["offset_py"][i]),
-            count=len(bad),
-            expected=str(int(out_ms[bad[0]])),
-            actual=str(int(when[bad[0]])),
+            _unit_file(position, s),
+            f"{fold.wrong_time} timerlog unit(s) are filed under another time than their record's TIMER_OUT_MS (the "
+            f"first: {when} for {out_ms}): the broker delivers them at the unit's time",
+            file_offset=position % s.timer_log_file_size,
+            commitlog_offset=offset,
+            count=fold.wrong_time,
+            expected=str(out_ms),
+            actual=str(when),
         )
     ]
-
-
-def _duplicates(units: np.ndarray) -> int:
-    """Records with more than one unit that is not a roll unit (a roll re-puts the message: a new record)."""
-    plain = units["offset_py"][(units["magic"] & timerlog.MAGIC_ROLL) == 0]
-    _, n = np.unique(plain, return_counts=True)
-    return int((n > 1).sum())
 
 
 def _wheel_findings(live: bytes | None, rebuilt: bytes, timerlog_start: int, writes: dict[str, str]) -> list[Finding]:
@@ -323,23 +291,15 @@ def _slot_text(slot: np.void) -> str:
     )
 
 
-def _snapshot_findings(store: TimerStore, units: np.ndarray, positions: np.ndarray, s: Settings) -> list[Finding]:
+def _snapshot_findings(store: TimerStore, log: TimerLog) -> list[Finding]:
     """Each ``timerwheel.<flag>`` snapshot (5.4.0+) against the fold of the units before its flag."""
     out = []
     for name, data in store.snapshots:
         flag = timerwheel.snapshot_flag(name)
         if flag is None:
             continue
-        before = positions < flag
-        state = timerwheel.fold(
-            timerwheel.empty_state(),
-            timerlog.unit_time(units[before]),
-            positions[before],
-            units["magic"][before],
-            s.precision_ms,
-        )
         live = timerwheel.read_slots(data)
-        bad = timerwheel.differing_slots(live, timerwheel.read_slots(timerwheel.wheel_bytes(state)))
+        bad = timerwheel.differing_slots(live, timerwheel.read_slots(timerwheel.wheel_bytes(log.snapshots[flag])))
         if len(data) != timerwheel.WHEEL_SIZE or len(bad):
             message = (
                 f"the wheel snapshot at timerlog position {flag} differs from the fold of the units before it in "
@@ -350,24 +310,19 @@ def _snapshot_findings(store: TimerStore, units: np.ndarray, positions: np.ndarr
 
 
 def _checkpoint(
-    store: TimerStore,
-    units: np.ndarray,
-    positions: np.ndarray,
-    records: pa.Table,
-    timers: Sequence[rules.Message],
-    s: Settings,
-    cut_at: int | None,
+    store: TimerStore, fold: UnitFold, delivered_queue: int, records: pa.Table, s: Settings
 ) -> tuple[TimerCheckpoint, list[Finding]]:
     """The live timer checkpoint, or (missing, unreadable, or ahead of the timerlog or of rmq_sys_wheel_timer's
     records) the one the timerlog and the commitlog give, with the finding."""
-    end = int(positions[-1]) + timerlog.UNIT_SIZE if len(positions) else 0
+    kept = _kept(fold)
+    end = max(kept.end, 0)
     timer_records = records.filter(pc.equal(records["topic"], rules.TIMER_TOPIC))
     queue_end = int(pc.max(timer_records["queue_offset"]).as_py()) + 1 if timer_records.num_rows else 0
     try:
         live = TimerCheckpoint.unpack(store.checkpoint) if store.checkpoint is not None else None
     except StoreFormatError:
         live = None
-    derived = _derived_checkpoint(units, end, timer_records, timers, s, live)
+    derived = _derived_checkpoint(kept, end, delivered_queue, s, live)
     if live is None:
         what = "missing" if store.checkpoint is None else f"{len(store.checkpoint)} bytes"
         message = (
@@ -376,7 +331,7 @@ def _checkpoint(
         )
         return derived, [finding("timer-checkpoint-unreadable", CHECKPOINT, message)]
     ahead = []
-    if live.last_timer_log_flush_pos > end or cut_at is not None:
+    if live.last_timer_log_flush_pos > end or fold.cut_at is not None:
         ahead.append(f"lastTimerLogFlushPos {live.last_timer_log_flush_pos:,} past the timerlog's end {end:,}")
     if max(live.last_timer_queue_offset, live.master_timer_queue_offset) > queue_end:
         ahead.append(
@@ -394,42 +349,29 @@ def _checkpoint(
 
 
 def _derived_checkpoint(
-    units: np.ndarray,
-    end: int,
-    timer_records: pa.Table,
-    timers: Sequence[rules.Message],
-    s: Settings,
-    live: TimerCheckpoint | None,
+    kept: Side, end: int, delivered_queue: int, s: Settings, live: TimerCheckpoint | None
 ) -> TimerCheckpoint:
     """A checkpoint the store vouches for: the wheel read up to the earliest slot holding a pending timer (else one
     slot past the last unit's), the timerlog flushed to its end, rmq_sys_wheel_timer enqueued up to one past the
     last record that has a unit or was delivered; the live DataVersion kept."""
-    pending = {m.commitlog_offset for m in timers if m.pending}
-    when = timerlog.unit_time(units) // s.precision_ms * s.precision_ms
-    waiting = np.isin(units["offset_py"], list(pending))
-    last = int(when.max()) + s.precision_ms if len(when) else 0
-    read = int(when[waiting].min()) if waiting.any() else last
-    done = set(units["offset_py"].tolist()) | {m.commitlog_offset for m in timers if m.delivered_at is not None}
-    offsets = timer_records["commitlog_offset"].to_numpy()
-    queue = timer_records["queue_offset"].to_numpy()
-    handled = np.isin(offsets, list(done))
-    enqueued = int(queue[handled].max()) + 1 if handled.any() else 0
+    last = kept.last_ms + s.precision_ms if kept.last_ms != NONE else 0
+    read = kept.read_ms if kept.read_ms is not None else last
+    enqueued = max(kept.queue, delivered_queue) + 1
     version = (live.state_version, live.data_version_timestamp, live.data_version_counter) if live else (0, 0, 0)
     return TimerCheckpoint(read, end, enqueued, enqueued, *version)
 
 
-def _lookback(units: np.ndarray, timers: Sequence[rules.Message], s: Settings) -> list[Finding]:
+def _lookback(fold: UnitFold, s: Settings) -> list[Finding]:
     """Pending timers filed before the 7-day look-back: the broker never reads their slots again."""
-    floor = rules.read_floor_ms(s.now_ms, s.precision_ms)
-    pending = {m.commitlog_offset for m in timers if m.pending}
-    lost = np.isin(units["offset_py"], list(pending)) & (timerlog.unit_time(units) < floor)
-    if not lost.any():
+    lost = _kept(fold).lookback
+    if not lost:
         return []
+    floor = rules.read_floor_ms(s.now_ms, s.precision_ms)
     message = (
-        f"{int(lost.sum())} pending timer(s) are due before the broker's 7-day look-back ({floor} ms): a broker "
+        f"{lost} pending timer(s) are due before the broker's 7-day look-back ({floor} ms): a broker "
         "started now never delivers them; send them again (rmqstore inspect --pending-out)"
     )
-    return [finding("timer-lookback-exceeded", timerlog.DIR, message, count=int(lost.sum()))]
+    return [finding("timer-lookback-exceeded", timerlog.DIR, message, count=lost)]
 
 
 def effective_delay_offsets(store: TimerStore) -> tuple[dict[int, int] | None, str]:

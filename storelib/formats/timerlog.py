@@ -23,6 +23,8 @@ not 52 or whose magic is not OK, and truncates the log there.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import numpy as np
 
@@ -50,8 +52,10 @@ UNIT_DTYPE = np.dtype(
 )
 assert UNIT_DTYPE.itemsize == UNIT_SIZE
 
-#: why a walk of a timerlog file stopped
-END_BLANK, END_ZERO, END_BAD, END_EOF = "blank", "zeros", "bad-unit", "eof"
+#: why a walk of a timerlog file stopped (END_MORE: a range of the file, the walk goes on after it)
+END_BLANK, END_ZERO, END_BAD, END_EOF, END_MORE = "blank", "zeros", "bad-unit", "eof", "more"
+#: units a range of a timerlog file holds at most (a walk of a file is done range by range: 13.6 MB)
+RANGE_UNITS = 1 << 18
 
 
 def is_magic_ok(magic: np.ndarray) -> np.ndarray:
@@ -61,22 +65,37 @@ def is_magic_ok(magic: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Walk:
-    """The units of one timerlog file as the broker's recovery reads them: ``units`` from the file's start,
-    ``end`` the file offset where the walk stopped and ``why`` (END_*)."""
+    """The units of one timerlog file (or of a range of it) as the broker's recovery reads them: ``units`` from
+    file offset ``at``, ``end`` the file offset where the walk stopped and ``why`` (END_*)."""
 
     start: int  # the file's start offset (its name)
     units: np.ndarray  # UNIT_DTYPE
     end: int  # file offset after the last unit read
     why: str
+    at: int = 0  # the file offset of the first unit
 
     @property
     def positions(self) -> np.ndarray:
         """Each unit's timerlog offset."""
-        return self.start + UNIT_SIZE * np.arange(len(self.units), dtype=np.int64)
+        return self.start + self.at + UNIT_SIZE * np.arange(len(self.units), dtype=np.int64)
 
     @property
     def end_offset(self) -> int:
         return self.start + self.end
+
+    def ranges(self) -> Iterator[Walk]:
+        """The walk as ranges (a walk held whole is its one range)."""
+        yield self
+
+
+class LogFile(Protocol):
+    """A timerlog file whose walk is read range by range (the last range's ``end`` and ``why`` are the file's)."""
+
+    @property
+    def start(self) -> int:
+        """The file's start offset (its name)."""
+
+    def ranges(self) -> Iterator[Walk]: ...
 
 
 def walk(data: bytes | memoryview, start: int) -> Walk:
@@ -98,6 +117,20 @@ def walk(data: bytes | memoryview, start: int) -> Walk:
     else:
         why = END_BAD
     return Walk(start, units[:k], k * UNIT_SIZE, why)
+
+
+def walk_ranges(read: Callable[[int, int], bytes], size: int, start: int, units: int = RANGE_UNITS) -> Iterator[Walk]:
+    """``walk`` of a file of ``size`` bytes read ``units`` units at a time (``read(file offset, length)``): the same
+    units and end, range by range; every range but the last ends with END_MORE."""
+    at = 0
+    while True:
+        length = min(units * UNIT_SIZE, size - at)
+        w = walk(read(at, length), start)
+        if w.why != END_EOF or at + length >= size:
+            yield Walk(start, w.units, at + w.end, w.why, at)
+            return
+        yield Walk(start, w.units, at + w.end, END_MORE, at)
+        at += length
 
 
 def unit_time(units: np.ndarray) -> np.ndarray:

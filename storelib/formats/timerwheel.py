@@ -31,9 +31,18 @@ SNAPSHOT = re.compile(r"timerwheel\.(-?[0-9]+)\Z")  # TimerWheel.getMaxSnapshotF
 SLOT_DTYPE = np.dtype([("time", ">i8"), ("first_pos", ">i8"), ("last_pos", ">i8"), ("num", ">i4"), ("magic", ">i4")])
 assert SLOT_DTYPE.itemsize == SLOT_SIZE
 
-#: the state of the slots a fold touched: slot index, and the slot's fields (native ints)
+#: the state of the slots a fold touched: slot index, the slot's fields (native ints), and whether the slot's run
+#: (the units since its last change of time) holds every unit of that slot the fold saw
 STATE_DTYPE = np.dtype(
-    [("slot", "<i8"), ("time", "<i8"), ("first_pos", "<i8"), ("last_pos", "<i8"), ("num", "<i8"), ("magic", "<i8")]
+    [
+        ("slot", "<i8"),
+        ("time", "<i8"),
+        ("first_pos", "<i8"),
+        ("last_pos", "<i8"),
+        ("num", "<i8"),
+        ("magic", "<i8"),
+        ("whole", "?"),
+    ]
 )
 
 
@@ -47,14 +56,12 @@ def read_slots(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, SLOT_DTYPE, count=len(data) // SLOT_SIZE)
 
 
-def fold(
-    state: np.ndarray, times: np.ndarray, positions: np.ndarray, magics: np.ndarray, precision_ms: int
-) -> np.ndarray:
-    """The touched slots after ``putSlot`` of each unit (timerlog order) on top of ``state`` (STATE_DTYPE, sorted by
-    slot; the slots a fold of earlier units touched). A slot keeps its run of units while they share its time; a
-    unit of another time starts a new run (firstPos = the unit, num from 0, magic 0)."""
+def partial(times: np.ndarray, positions: np.ndarray, magics: np.ndarray, precision_ms: int) -> np.ndarray:
+    """The touched slots after ``putSlot`` of each unit (timerlog order) on an empty wheel (STATE_DTYPE, sorted by
+    slot). A slot keeps its run of units while they share its time; a unit of another time starts a new run
+    (firstPos = the unit, num from 0, magic 0)."""
     if not len(times):
-        return state
+        return empty_state()
     ticks = np.asarray(times, np.int64) // precision_ms
     slots = ticks % SLOTS
     delta = np.where(np.asarray(magics) & MAGIC_DELETE, -1, 1).astype(np.int64)
@@ -67,26 +74,38 @@ def fold(
     sums = np.cumsum(delta)
     at = np.flatnonzero(last)
     begin = starts[at]
-    num = sums[at] - np.where(begin > 0, sums[begin - 1], 0)
-    whole = begin == np.r_[0, at[:-1] + 1]  # the run is every unit of the slot in this fold
-    new = np.zeros(len(at), STATE_DTYPE)
-    new["slot"], new["time"], new["first_pos"], new["last_pos"], new["num"] = (
-        slots[at],
-        ticks[at],
-        pos[begin],
-        pos[at],
-        num,
-    )
-    if len(state):
-        i = np.minimum(np.searchsorted(state["slot"], new["slot"]), len(state) - 1)
-        joins = whole & (state["slot"][i] == new["slot"]) & (state["time"][i] == new["time"])
-        j = i[joins]
-        new["first_pos"][joins] = state["first_pos"][j]
-        new["num"][joins] += state["num"][j]
-        new["magic"][joins] = state["magic"][j]
-    kept = state[~np.isin(state["slot"], new["slot"])]
-    out = np.concatenate((kept, new))
+    out = np.zeros(len(at), STATE_DTYPE)
+    out["slot"], out["time"], out["first_pos"], out["last_pos"] = slots[at], ticks[at], pos[begin], pos[at]
+    out["num"] = sums[at] - np.where(begin > 0, sums[begin - 1], 0)
+    out["whole"] = begin == np.r_[0, at[:-1] + 1]
+    return out
+
+
+def combine(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The state of the units of ``before`` then those of ``after`` (both STATE_DTYPE): a slot of ``after`` whose
+    run is whole and of the time ``before`` left there continues that run (its firstPos, num, magic); any other slot
+    of ``after`` replaces the one before. Associative, with ``empty_state`` as identity: a fold over any split."""
+    if not len(before) or not len(after):
+        return after if not len(before) else before
+    i = np.minimum(np.searchsorted(before["slot"], after["slot"]), len(before) - 1)
+    same = before["slot"][i] == after["slot"]
+    joins = after["whole"] & same & (before["time"][i] == after["time"])
+    new = after.copy()
+    j = i[joins]
+    new["first_pos"][joins] = before["first_pos"][j]
+    new["num"][joins] += before["num"][j]
+    new["magic"][joins] = before["magic"][j]
+    new["whole"] = np.where(joins, before["whole"][i], after["whole"] & ~same)
+    out = np.concatenate((before[~np.isin(before["slot"], after["slot"])], new))
     return out[np.argsort(out["slot"], kind="stable")]
+
+
+def fold(
+    state: np.ndarray, times: np.ndarray, positions: np.ndarray, magics: np.ndarray, precision_ms: int
+) -> np.ndarray:
+    """The touched slots after ``putSlot`` of each unit (timerlog order) on top of ``state`` (the slots a fold of
+    earlier units touched)."""
+    return combine(state, partial(times, positions, magics, precision_ms))
 
 
 def empty_state() -> np.ndarray:
