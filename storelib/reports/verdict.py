@@ -231,6 +231,29 @@ def salvage_commands(report: AuditReport) -> list[str]:
     return [dry, dry + " --apply"]
 
 
+def damaged_messages(report: AuditReport) -> int:
+    """Queue units that point at damaged records (cq-damaged-entries) and records failing their BODYCRC: what
+    every rescue loses; salvage serves a tombstone at each."""
+    units = sum(f.count or 1 for f in report.findings if f.kind == "cq-damaged-entries")
+    return units + sum(1 for f in report.findings if f.kind == "crc-mismatch")
+
+
+def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
+    """Each way out and the sound messages it loses (None: not known), fewest first: ``salvage`` (where offered)
+    loses none, its damaged records become tombstones; ``recover`` and the broker ``alone`` lose what the broker's
+    truncation takes (recover's checkpoint averts it where ``recovery-would-truncate`` says so) and leave the
+    damaged records served as they are."""
+    lost = cut["messages"] if cut is not None else 0
+    after_recover = lost if any(f.kind == "recovery-would-truncate-after-recover" for f in report.findings) else 0
+    out = [
+        {"rescue": "recover", "sound_messages_lost": after_recover},
+        {"rescue": "alone", "sound_messages_lost": lost},
+    ]
+    if salvage_commands(report):
+        out.insert(0, {"rescue": "salvage", "sound_messages_lost": 0, "tombstones": damaged_messages(report)})
+    return sorted(out, key=lambda r: float("inf") if r["sound_messages_lost"] is None else r["sound_messages_lost"])
+
+
 def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
     """Whether recover can run, why not, or the commands, the plan, where the backup goes and what stays."""
     store = report.run.store
@@ -267,6 +290,7 @@ def verdict(report: AuditReport, messages_lost: int | None = None) -> Json:
         "truncate": cut,
         "problems": problem_lines(report),
         "recover": recover_advice(report, recover_steps(report)),
+        "rescues": rescues(report, cut),
     }
 
 
