@@ -287,3 +287,26 @@ def test_the_rescue_that_loses_the_fewest_sound_messages_leads_with_what_each_co
     assert any("loses 81 sound messages" in line for line in lines[first + 3 :])
     plain = typed(report_of(cut.to_dict()))
     assert [r["rescue"] for r in verdict(plain, 81)["rescues"]] == ["recover", "alone"]
+
+
+def test_salvage_is_not_offered_where_it_would_refuse_and_the_verdict_says_why() -> None:
+    """Units of RMQ_SYS_TRANS_HALF_TOPIC point into the damaged records: salvage refuses (no tombstone of the
+    broker's own state), so the verdict names that queue instead of offering a rescue that loses nothing."""
+    from jobs.report.console import verdict_lines
+
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700, count=300)
+    half = finding(
+        "cq-damaged-entries",
+        "consumequeue/RMQ_SYS_TRANS_HALF_TOPIC/0",
+        "units",
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        queue_id=0,
+        queue_offset=41,
+        count=1,
+    )
+    report = typed(report_of(hole.to_dict(), half.to_dict()))
+    v = verdict(report)
+    assert v["recover"]["salvage"] == [] and [r["rescue"] for r in v["rescues"]] == ["recover", "alone"]
+    said = "RMQ_SYS_TRANS_HALF_TOPIC/0 queue offset 41: a damaged record of a topic whose records hold the broker's"
+    assert v["recover"]["salvage_refused"].startswith(said)
+    assert f"SALVAGE refused: {said}" in "\n".join(verdict_lines(dataclasses.replace(report, verdict=v)))

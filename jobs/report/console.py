@@ -62,6 +62,8 @@ def _recover_lines(advice: Json, costs: dict[str, Json]) -> list[str]:
 
 def _salvage_lines(advice: Json, costs: dict[str, Json]) -> list[str]:
     """recover --salvage's commands, with what it costs (none where it is not offered)."""
+    if advice.get("salvage_refused"):
+        return [f"SALVAGE refused: {advice['salvage_refused']}"]
     if not advice["salvage"]:
         return []
     dry, apply_ = advice["salvage"]

@@ -135,6 +135,12 @@ def min_filler(offset: int) -> int:
     return _length(Message(FILLER_TOPIC, properties=filler.properties(), sys_flag=TRANSACTION_ROLLBACK_TYPE))
 
 
+def holds_broker_state(topic: str) -> bool:
+    """A topic whose records hold the broker's own state (transaction halves and ops, delays, timers, revives):
+    salvage writes no tombstone there (what the broker's services do with one is not proven)."""
+    return topic in BROKER_TOPICS or topic.startswith(SYSTEM_PREFIX)
+
+
 def tombstone(units: Sequence[Unit]) -> SalvageRecord:
     """The tombstone of the units pointing at one record (one offset and size): the one unit of a queue not named
     ``%LMQ%`` is its own, the others its LMQ units. Refused when that cannot be told."""
@@ -143,7 +149,7 @@ def tombstone(units: Sequence[Unit]) -> SalvageRecord:
     if len(own) != 1 or len({(v.offset, v.size) for v in units}) != 1:
         names = ", ".join(f"{v.topic}/{v.queue_id} queue offset {v.queue_offset} ({v.size} bytes)" for v in units)
         raise Refused(f"units at commitlog offset {u.offset} ({names}): not one record's own queue: not salvaged")
-    if own[0].topic in BROKER_TOPICS or own[0].topic.startswith(SYSTEM_PREFIX):
+    if holds_broker_state(own[0].topic):
         raise Refused(
             f"the record at commitlog offset {u.offset} is of {own[0].topic}, a topic whose records hold the broker's "
             "own state (transactions, delays, timers): a tombstone there is not something it knows; not salvaged"

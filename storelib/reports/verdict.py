@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from storelib.broker.salvage import holds_broker_state
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
 from storelib.layout import CHECKPOINT, COMMITLOG, is_local
@@ -225,7 +226,7 @@ def salvage_commands(report: AuditReport) -> list[str]:
     records, a record failing its CRC) and the store is local; else none."""
     if not is_local(report.run.store):
         return []
-    if not any(KINDS[f.kind].salvaged for f in report.findings):
+    if not any(KINDS[f.kind].salvaged for f in report.findings) or salvage_refusal(report):
         return []
     dry = recover_commands(report)[0] + " --salvage"
     return [dry, dry + " --apply"]
@@ -254,6 +255,18 @@ def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
     return sorted(out, key=lambda r: float("inf") if r["sound_messages_lost"] is None else r["sound_messages_lost"])
 
 
+def salvage_refusal(report: AuditReport) -> str | None:
+    """Why salvage would refuse this store: the first queue of a topic holding the broker's own state with units
+    pointing into damaged records (cq-damaged-entries); None when none does."""
+    for f in report.findings:
+        if f.kind == "cq-damaged-entries" and f.topic is not None and holds_broker_state(f.topic):
+            return (
+                f"{f.topic}/{f.queue_id} queue offset {f.queue_offset}: a damaged record of a topic whose records hold "
+                "the broker's own state; salvage writes no tombstone there"
+            )
+    return None
+
+
 def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
     """Whether recover can run, why not, or the commands, the plan, where the backup goes and what stays."""
     store = report.run.store
@@ -271,6 +284,7 @@ def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
         "stop_broker_first": True,
         "commands": recover_commands(report) if why_not is None else [],
         "salvage": salvage_commands(report),
+        "salvage_refused": salvage_refusal(report),
         "backup": BACKUP_DEFAULT.format(store=store.rstrip("/")),
         "steps": steps if why_not is None else [],
         "remains": remains(report, steps if why_not is None else []),
