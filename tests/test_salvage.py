@@ -143,3 +143,27 @@ def test_salvage_refuses_the_stores_it_was_not_proven_on(settings: dict, file: s
     with pytest.raises(Refused, match=said):
         check_salvageable(cfg, [finding("damaged-records", file, "damage", commitlog_offset=0, count=200)])
     check_salvageable(BrokerConfig(), [finding("damaged-records", "commitlog/00000000000000000000", "damage")])
+
+
+def test_a_range_to_the_segment_s_end_ends_with_a_blank_of_exactly_the_bytes_left() -> None:
+    """Damage that runs to its segment's end: tombstones where units point, a filler between, and after the last
+    tombstone the end-of-file BLANK the broker writes when a record does not fit (TOTALSIZE the bytes left,
+    BLANK_MAGIC_CODE, zeros); no BLANK when the range stops before the segment's end."""
+    units = [Unit("T", 0, 4, 65_000, 200), Unit("T", 2, 9, 65_400, 120)]
+    records, data = fill(64_800, 65_536, units, TS, segment_end=True)
+    assert [(r.offset, r.size, r.written) for r in records] == [
+        (64_800, 200, "filler"),
+        (65_000, 200, "tombstone"),
+        (65_200, 200, "filler"),
+        (65_400, 120, "tombstone"),
+        (65_520, 16, "blank"),
+    ]
+    assert len(data) == 736 and data[-16:] == struct.pack(">ii", 16, -875286124) + bytes(8)
+    assert [r.written for r in layout(64_800, 65_700, units)][-1] == "filler"
+
+
+@pytest.mark.parametrize("left", [0, 7])
+def test_fewer_bytes_after_the_last_unit_than_a_blank_takes_are_refused(left: int) -> None:
+    """The broker appends a record only with 8 bytes left after it: fewer left after a unit is not its segment."""
+    with pytest.raises(Refused, match="fewer than the broker leaves after its last record"):
+        layout(65_000, 65_536, [Unit("T", 0, 4, 65_000, 536 - left)], segment_end=True)

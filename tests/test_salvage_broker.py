@@ -7,6 +7,7 @@ its loss: it is the "before" column of docs/salvage.md."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -21,6 +22,8 @@ from tests.storecopy import run_cli
 pytestmark = pytest.mark.broker
 
 SECTOR = 4096
+#: the workload's BatchCQ topic (a plain topic on 4.9.7)
+BATCH_TOPIC = "TopicBatchCQ"
 #: what the undo must put back as the damage left it
 UNDONE = ("commitlog", "consumequeue", "index", "config")
 
@@ -85,6 +88,32 @@ def sector_outside_window(root: Path) -> tuple[int, int]:
     return _zero(*_sector(root, [sorted((root / "commitlog").iterdir())[5]]))
 
 
+def across_segment_end(root: Path) -> tuple[int, int]:
+    """Zeros from the BODYCRC of the third-to-last record of a segment to the BODYCRC of the third record of the
+    next, ``abort`` left behind: the last such segment end whose touched records are all workload records of
+    ConsumeQueue topics (a BatchCQ batch is refused), counted from the end of the log (crash recovery walks it). The
+    segment's end-of-file BLANK is zeroed with it."""
+    (root / "abort").touch()
+    records = list(walk_commitlog(root / "commitlog"))
+    segments = sorted((root / "commitlog").iterdir())
+    for seg in segments[-2::-1]:
+        end = int(seg.name) + seg.stat().st_size
+        before = [r for r in records if int(seg.name) <= r.offset < end]
+        after = [r for r in records if r.offset >= end]
+        if len(before) < 4 or len(after) < 4:
+            continue
+        lo, hi = before[-3].offset + 8, after[2].offset + 8
+        touched = [x for x in records if x.offset < hi and x.offset + x.total_size > lo]
+        if all(_workload(x) and x.topic != BATCH_TOPIC for x in touched):
+            with seg.open("r+b") as f:
+                f.seek(lo - int(seg.name))
+                f.write(bytes(end - lo))
+            with (root / "commitlog" / f"{end:020d}").open("r+b") as f:
+                f.write(bytes(hi - end))
+            return lo, hi
+    raise AssertionError(f"{root}: no segment end with workload records around it")
+
+
 def _flip_a_body_byte(root: Path, segment: int) -> tuple[int, int]:
     """The first body byte of the first workload record at file offset 4,096 or later of segment number ``segment``,
     flipped (its BODYCRC no longer matches): the commitlog range of that byte."""
@@ -133,6 +162,7 @@ DAMAGES = {
     "zeroed-sector-outside-window": (sector_outside_window, "breaks"),
     "body-byte-in-window": (body_byte_in_window, "truncates"),
     "body-byte-outside-window": (body_byte_outside_window, "as sound"),
+    "across-segment-end": (across_segment_end, "truncates"),
 }
 CASES = [
     ("5.5.0", "default", "zeroed-sector"),
@@ -142,6 +172,9 @@ CASES = [
     ("5.5.0", "default", "zeroed-sector-outside-window"),
     ("5.5.0", "default", "body-byte-in-window"),
     ("5.5.0", "default", "body-byte-outside-window"),
+    ("5.5.0", "default", "across-segment-end"),
+    ("5.3.3", "default", "across-segment-end"),
+    ("4.9.7", "default", "across-segment-end"),
 ]
 
 
@@ -200,15 +233,15 @@ def test_salvage_costs_only_the_damaged_messages(
             else:
                 assert got == m, q
 
-    manifest = json.loads((tmp_path / "backup" / "salvage" / "manifest.json").read_text())
-    (rng,) = manifest["ranges"]
-    assert rng["start"] <= lo and hi <= rng["end"]
-    assert {r["offset"] for r in rng["records"] if r["written"] == "tombstone"} == touched & {
-        m[0] for v in sound.values() for m in v.messages
-    }
-    base = int(Path(rng["file"]).name)
-    old = (damaged / rng["file"]).read_bytes()[rng["start"] - base : rng["end"] - base]
-    assert (tmp_path / "backup" / rng["bytes"]).read_bytes() == old
+    ranges = json.loads((tmp_path / "backup" / "salvage" / "manifest.json").read_text())["ranges"]
+    assert ranges[0]["start"] <= lo and hi <= ranges[-1]["end"]  # one range, or one per segment back to back
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(ranges))
+    tombstones = {r["offset"] for rng in ranges for r in rng["records"] if r["written"] == "tombstone"}
+    assert tombstones == touched & {m[0] for v in sound.values() for m in v.messages}
+    for rng in ranges:
+        base = int(Path(rng["file"]).name)
+        old = (damaged / rng["file"]).read_bytes()[rng["start"] - base : rng["end"] - base]
+        assert (tmp_path / "backup" / rng["bytes"]).read_bytes() == old
     assert run_cli(["recover", "--store", str(copy), "--undo", str(tmp_path / "backup")]) == 0
     assert store_files(copy, "commitlog", "consumequeue", "index") == store_files(
         damaged, "commitlog", "consumequeue", "index"
@@ -250,3 +283,27 @@ def test_a_filler_is_walked_over_by_the_recovery_and_dispatched_nowhere(tmp_path
         assert after[q].bounds == v.bounds and len(after[q].messages) == len(v.messages), q
         for m, got in zip(v.messages, after[q].messages):
             assert got == m if m[0] != victim.offset else got[0::2] == (victim.offset, FILLER_TOPIC), q
+
+
+def test_a_batchcq_batch_in_a_damaged_range_is_refused_and_named(spark, tmp_path: Path, capsys) -> None:
+    """5.5.0 store: 4 KiB zeroed from the BODYCRC of the last TopicBatchCQ batch record they fit after. Its one
+    BatchCQ unit stands for the batch's messages; salvage builds no batch tombstone, so it refuses, naming the
+    unit, instead of writing a filler or a BLANK the unit would point at (the real broker then served 160 units of
+    TopicBatchCQ/1 where the store had 158)."""
+    from tests.broker.fixtures import harness_store
+
+    built = harness_store("5.5.0", "default")
+    copy = tmp_path / "broker" / "store"
+    shutil.copytree(built / "store", copy, ignore=shutil.ignore_patterns("lock"))
+    records = list(walk_commitlog(copy / "commitlog"))
+    segments = sorted((copy / "commitlog").iterdir())
+    for batch in (r for r in records[::-1] if r.topic == BATCH_TOPIC and r.offset + 8 + SECTOR < records[-1].offset):
+        seg = max(p for p in segments if int(p.name) <= batch.offset)
+        if batch.offset + 8 + SECTOR < int(seg.name) + seg.stat().st_size:
+            break
+    _zero(seg, batch.offset + 8 - int(seg.name))
+    (copy / "abort").touch()
+    argv = ["recover", "--store", str(copy), "--broker-config", str(built / "broker.conf")]
+    assert run_cli([*argv, "--broker-version", "5.5.0", "--salvage"]) != 0
+    said = capsys.readouterr()
+    assert "the BatchCQ unit of queue offset" in said.out + said.err and "not salvaged" in said.out + said.err

@@ -3,13 +3,23 @@ segment cut into byte ranges."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import zlib
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storelib.broker.segments import Piece, Segment, crc32_combine, plan_parse_tasks
+from storelib.broker.segments import (
+    Damage,
+    Piece,
+    Segment,
+    SegmentSummary,
+    crc32_combine,
+    plan_parse_tasks,
+    settle_damaged_ends,
+)
+from storelib.formats.scanner import DAMAGE_LENGTH
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -77,3 +87,30 @@ def test_crc32_combine_over_a_range_s_length() -> None:
     """A 256 MB second part (a parse range): a length of one bit, shifted by x^(2^31) alone."""
     a, zeros = b"rocketmq", bytes(256 << 20)
     assert crc32_combine(zlib.crc32(a), zlib.crc32(zeros), len(zeros)) == zlib.crc32(a + zeros)
+
+
+def _summary(seg: Segment, end_reason: str, end_offset: int, messages: int, damage: tuple = ()) -> SegmentSummary:
+    last = end_offset - 100 if messages else -1
+    return SegmentSummary(seg.name, end_reason, end_offset, "", messages, 0, 0, 0, 0, last, 0, "", damage)
+
+
+def test_records_that_stop_before_a_segment_s_end_in_the_middle_of_the_log_are_damage_to_its_end() -> None:
+    """Segment 0 stops at zeros, segment 1 at a bad magic after a record its TOTALSIZE walked over (a length
+    mismatch: the damage starts there), segment 2 ends with its BLANK, segment 3 (the log's last) at zeros: the
+    first two become damaged records to their segment's end, the last is the log's end and stays."""
+    segs = segments_of([64 * KIB] * 4)
+    walked = Damage(DAMAGE_LENGTH, 65_536 + 60_000, "fields do not add up")
+    summaries = {
+        segs[0].name: _summary(segs[0], "zero-tail", 50_000, 10),
+        segs[1].name: _summary(segs[1], "bad-magic", 65_536 + 60_138, 10, (walked,)),
+        segs[2].name: _summary(segs[2], "blank", 131_072 + 65_500, 10),
+        segs[3].name: _summary(segs[3], "zero-tail", 196_608 + 1000, 10),
+    }
+    summaries[segs[1].name] = dataclasses.replace(summaries[segs[1].name], last_message_offset=65_536 + 59_000)
+    out = settle_damaged_ends(segs, summaries)
+    assert [(s.end_reason, [(d.kind, d.commitlog_offset, d.end_offset) for d in s.damage]) for s in out.values()] == [
+        ("blank", [("damaged-records", 50_000, 65_536)]),
+        ("blank", [("damaged-records", 65_536 + 60_000, 131_072)]),
+        ("blank", []),
+        ("zero-tail", []),
+    ]

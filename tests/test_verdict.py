@@ -7,6 +7,7 @@ store; the expected figures come from that fixture's DAMAGE.md (what the real br
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,56 @@ def test_damaged_records_get_the_salvage_command_beside_recover_s() -> None:
     ]
     torn = finding("commitlog-torn-tail", "commitlog/00000000000000000000", "torn", file_offset=700)
     assert verdict(typed(report_of(torn.to_dict())))["recover"]["salvage"] == []  # nothing it rewrites
+
+
+def test_the_rescue_that_loses_the_fewest_sound_messages_leads_with_what_each_costs() -> None:
+    """A hole the broker's recovery truncates at, 81 sound messages after it, 6 damaged units: salvage loses none
+    and leads (6 tombstones); recover, whose checkpoint does not avert the truncation, and the broker alone lose
+    the 81. Without a hole to salvage, recover leads."""
+    from jobs.report.console import verdict_lines
+
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700, count=300)
+    units = finding("cq-damaged-entries", "consumequeue/T/0", "units", topic="T", queue_id=0, count=6)
+    cut = finding(
+        "recovery-would-truncate-after-recover",
+        "commitlog/00000000000000000000",
+        "cut",
+        commitlog_offset=700,
+        count=300,
+    )
+    report = typed(report_of(hole.to_dict(), units.to_dict(), cut.to_dict()))
+    v = verdict(report, 81)
+    assert v["rescues"] == [
+        {"rescue": "salvage", "sound_messages_lost": 0, "tombstones": 6},
+        {"rescue": "recover", "sound_messages_lost": 81},
+        {"rescue": "alone", "sound_messages_lost": 81},
+    ]
+    lines = verdict_lines(dataclasses.replace(report, verdict=v))
+    first = next(i for i, line in enumerate(lines) if line.startswith(("SALVAGE", "NEXT")))
+    assert lines[first].startswith("SALVAGE") and "loses no sound message; 6 damaged messages" in lines[first]
+    assert any("loses 81 sound messages" in line for line in lines[first + 3 :])
+    plain = typed(report_of(cut.to_dict()))
+    assert [r["rescue"] for r in verdict(plain, 81)["rescues"]] == ["recover", "alone"]
+
+
+def test_salvage_is_not_offered_where_it_would_refuse_and_the_verdict_says_why() -> None:
+    """Units of RMQ_SYS_TRANS_HALF_TOPIC point into the damaged records: salvage refuses (no tombstone of the
+    broker's own state), so the verdict names that queue instead of offering a rescue that loses nothing."""
+    from jobs.report.console import verdict_lines
+
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700, count=300)
+    half = finding(
+        "cq-damaged-entries",
+        "consumequeue/RMQ_SYS_TRANS_HALF_TOPIC/0",
+        "units",
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        queue_id=0,
+        queue_offset=41,
+        count=1,
+    )
+    report = typed(report_of(hole.to_dict(), half.to_dict()))
+    v = verdict(report)
+    assert v["recover"]["salvage"] == [] and [r["rescue"] for r in v["rescues"]] == ["recover", "alone"]
+    said = "RMQ_SYS_TRANS_HALF_TOPIC/0 queue offset 41: a damaged record of a topic whose records hold the broker's"
+    assert v["recover"]["salvage_refused"].startswith(said)
+    assert f"SALVAGE refused: {said}" in "\n".join(verdict_lines(dataclasses.replace(report, verdict=v)))

@@ -24,6 +24,7 @@ from storelib.broker.segments import (
     SegmentSummary,
     merge_pieces,
     plan_parse_tasks,
+    settle_damaged_ends,
     settle_torn_tail,
 )
 from udfs.fs import is_object_store, read_file, resolve
@@ -103,7 +104,8 @@ def read_parsed(scratch: str, tasks: list[list[Piece]]) -> Parsed:
     if len(settled) < len(merged):
         raise RangesDisagree(frozenset(merged.keys() - settled.keys()))
     entries = [(p.piece, name, p.summary.index_entries) for name, ps in pieces.items() for p in ps]
-    return Parsed(settle_torn_tail(list(segments.values()), settled), entries)
+    ordered = sorted(segments.values(), key=lambda seg: seg.start)
+    return Parsed(settle_damaged_ends(ordered, settle_torn_tail(ordered, settled)), entries)
 
 
 #: seconds between two listings of the scratch directory while the parse runs: a local listing is cheap and the

@@ -40,9 +40,10 @@ from storelib.constants import (
 )
 from storelib.errors import EXIT_CANNOT, EXIT_OK, Refused
 from storelib.findings import KINDS, Finding
+from storelib.formats.batchcq import decode_units as decode_batch_units
 from storelib.formats.commitlog import decode_message, parse_properties
 from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, decode_units
-from storelib.layout import CONSUMEQUEUE, queue_dir
+from storelib.layout import BATCH_CONSUMEQUEUE, CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
 
 SALVAGE_DIR = "salvage"
@@ -67,7 +68,7 @@ class Salvage:
         """The dry run's lines for this range."""
         out = [f"  salvage {self.file}: commitlog offsets {self.start} to {self.end} ({self.end - self.start} bytes):"]
         for r in self.records:
-            what = "filler (no queue, no index)"
+            what = "end-of-file BLANK" if r.blank else "filler (no queue, no index)"
             if r.unit is not None:
                 units = ", ".join(f"{u.topic}/{u.queue_id} queue offset {u.queue_offset}" for u in (r.unit, *r.lmq))
                 what = f"tombstone of {units}"
@@ -91,6 +92,21 @@ def live_units(root: Path, queues: set[tuple[str, int]], start: int, end: int) -
             first = int(path.name) // CQ_STORE_UNIT_SIZE
             out += [Unit(topic, queue_id, first + int(i), int(units["offset"][i]), int(units["size"][i])) for i in hit]
     return out
+
+
+def refuse_batch_units(root: Path, start: int, end: int) -> None:
+    """Refused when a unit of a BatchCQ queue (batchconsumequeue/) points into [start, end): one unit stands for a
+    batch's messages, a tombstone for one message is not built."""
+    for path in sorted((root / BATCH_CONSUMEQUEUE).glob("*/*/*")):
+        units = decode_batch_units(path.read_bytes())
+        hit = np.flatnonzero((units["offset"] >= start) & (units["offset"] < end) & (units["size"] > 0))
+        if len(hit):
+            u = units[hit[0]]
+            raise Refused(
+                f"{path.relative_to(root)}: the BatchCQ unit of queue offset {int(u['msg_base_offset'])} points at "
+                f"commitlog offset {int(u['offset'])} in the damaged range {start} to {end}: a batch's tombstone is "
+                "not built; not salvaged"
+            )
 
 
 def damaged_queues(findings: list[Finding]) -> set[tuple[str, int]]:
@@ -123,8 +139,8 @@ def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int
 
 def store_timestamp(seg: Path, base: int, end: int) -> int:
     """The STORETIMESTAMP of the sound record at ``end`` (the next after the damage), else (the damage runs to the
-    segment's end-of-file BLANK) of the segment's first record: the broker's crash recovery picks its start segment
-    by its first record's store time, so a salvage record there never moves the start later."""
+    segment's end-of-file BLANK or its end) of the segment's first record: the broker's crash recovery picks its
+    start segment by its first record's store time, so a salvage record there never moves the start later."""
     with seg.open("rb") as f:
         for at in (end - base, 0):
             f.seek(at)
@@ -152,10 +168,12 @@ def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Sal
             start, end, queues = crc_range(seg, base, h.commitlog_offset, cfg)
         if end - base > cfg.mappedFileSizeCommitLog:
             raise Refused(f"{h.file}: the damaged range {start} to {end} crosses the segment's end: not salvaged")
+        refuse_batch_units(root, start, end)
         units = live_units(root, queues, start, end)
         if h.kind == CRC_MISMATCH and not units:
             raise Refused(f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {start}")
-        records, new = fill(start, end, units, store_timestamp(seg, base, end))
+        segment_end = end - base == seg.stat().st_size
+        records, new = fill(start, end, units, store_timestamp(seg, base, end), segment_end)
         with seg.open("rb") as f:
             f.seek(start - base)
             old = f.read(end - start)
@@ -226,8 +244,7 @@ def keep_old_bytes(backup: Path, salvages: list[Salvage]) -> None:
 
 def _record_entry(r: SalvageRecord, old: np.ndarray, start: int) -> dict[str, object]:
     """One written record and what the old bytes at its offset still read as (never trusted)."""
-    written = "filler" if r.unit is None else "tombstone"
-    entry: dict[str, object] = {"offset": r.offset, "size": r.size, "written": written}
+    entry: dict[str, object] = {"offset": r.offset, "size": r.size, "written": r.written}
     if r.unit is not None:
         entry["unit"] = dataclasses.asdict(r.unit)
     entry["read"] = dataclasses.asdict(read_what_is_left(old[r.offset - start :], 0, r.offset))

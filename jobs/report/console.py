@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.reports.report import AuditReport, IndexCounts, QueueCounts
-from storelib.reports.verdict import plural, report_verdict
+from storelib.reports.verdict import Json, plural, report_verdict
 
 
 def scope_lines(report: AuditReport) -> list[str]:
@@ -22,26 +22,60 @@ def scope_lines(report: AuditReport) -> list[str]:
 
 
 def verdict_lines(report: AuditReport) -> list[str]:
-    """The verdict for a terminal: the broker's outcome, one line per damaged area, the next command."""
+    """The verdict for a terminal: the broker's outcome, one line per damaged area, then the rescues, the one that
+    loses the fewest sound messages first, each with what it costs."""
     v = report_verdict(report)
     lines = [f"VERDICT: {v['headline']}"]
     lines += [f"  {p['area']}: {p['text']}" for p in v["problems"]]
-    advice = v["recover"]
-    if advice["possible"]:
-        dry, apply_ = advice["commands"]
-        lines.append("NEXT (stop the broker first):")
-        lines.append(f"  {dry}")
-        lines.append(f"      dry run: prints the plan ({plural(len(advice['steps']), 'step')}), changes nothing")
-        lines.append(f"  {apply_}")
-        lines.append(f"      backs up every file it changes to {advice['backup']}, repairs, audits again")
-    else:
-        lines.append(f"NEXT: {advice['why_not']}")
-    if advice["salvage"]:
-        dry, apply_ = advice["salvage"]
-        lines.append("SALVAGE the damaged records instead of losing what follows them (docs/salvage.md):")
-        lines.append(f"  {dry}")
-        lines.append(f"  {apply_}")
+    costs = {r["rescue"]: r for r in v.get("rescues", ())}
+    blocks = {"salvage": _salvage_lines(v["recover"], costs), "recover": _recover_lines(v["recover"], costs)}
+    order = [r for r in costs if r in blocks] or ["recover", "salvage"]
+    for rescue in [*order, *(b for b in blocks if b not in order)]:
+        lines += blocks[rescue]
+    if "alone" in costs and costs["alone"]["sound_messages_lost"] != 0:
+        lines.append(f"  (starting the broker as it is {_cost(costs['alone'])})")
     return lines
+
+
+def _cost(rescue: Json) -> str:
+    """``loses no sound message`` / ``loses 81 sound messages`` / unknown."""
+    n = rescue["sound_messages_lost"]
+    if n is None:
+        return "loses sound messages, how many is not known"
+    return "loses no sound message" if n == 0 else f"loses {plural(n, 'sound message')}"
+
+
+def _recover_lines(advice: Json, costs: dict[str, Json]) -> list[str]:
+    """recover's commands (or why it cannot run), with what it costs where salvage is offered beside it."""
+    if not advice["possible"]:
+        return [f"NEXT: {advice['why_not']}"]
+    dry, apply_ = advice["commands"]
+    cost = f" ({_cost(costs['recover'])}, the damaged records stay)" if "salvage" in costs else ""
+    return [
+        f"NEXT (stop the broker first){cost}:",
+        f"  {dry}",
+        f"      dry run: prints the plan ({plural(len(advice['steps']), 'step')}), changes nothing",
+        f"  {apply_}",
+        f"      backs up every file it changes to {advice['backup']}, repairs, audits again",
+    ]
+
+
+def _salvage_lines(advice: Json, costs: dict[str, Json]) -> list[str]:
+    """recover --salvage's commands, with what it costs (none where it is not offered)."""
+    if advice.get("salvage_refused"):
+        return [f"SALVAGE refused: {advice['salvage_refused']}"]
+    if not advice["salvage"]:
+        return []
+    dry, apply_ = advice["salvage"]
+    cost = ""
+    if "salvage" in costs:
+        n = costs["salvage"]["tombstones"]
+        cost = f" ({_cost(costs['salvage'])}; {plural(n, 'damaged message')} served as tombstones)"
+    return [
+        f"SALVAGE the damaged records instead of losing what follows them{cost} (docs/salvage.md):",
+        f"  {dry}",
+        f"  {apply_}",
+    ]
 
 
 def console_summary(report: AuditReport, report_dir: str | None) -> str:

@@ -16,6 +16,10 @@ What the broker does with such a record (5.5.0 jars, ``CommitLog.checkMessageAnd
   property ``SALVAGED`` and a body saying what happened. A consumer of ``*`` receives the tombstone at that queue
   offset, never the lost message. Where units of LMQ queues (``%LMQ%``) point at the same record (multi dispatch),
   the tombstone names them as the broker's dispatch reads them: INNER_MULTI_DISPATCH and INNER_MULTI_QUEUE_OFFSET.
+- a range that runs to its segment's end ends as the broker ends a full segment (``CommitLog.doAppend``: a message
+  is appended only with at least 8 bytes left after it, else a BLANK of exactly the bytes left): after the last
+  tombstone an end-of-file **BLANK** (TOTALSIZE the bytes left, BLANK_MAGIC_CODE, then zeros), at which recovery
+  goes on with the next segment.
 
 Pure functions over offsets and bytes; the store is changed by jobs.pipeline.salvage_flow through recover's
 backup and undo.
@@ -24,10 +28,12 @@ backup and undo.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Sequence
 
 from storelib.broker.detection import BROKER_TOPICS
 from storelib.constants import (
+    BLANK_MAGIC_CODE,
     LMQ_PREFIX,
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
@@ -46,6 +52,8 @@ TOMBSTONE_TEXT = b"rmqstore salvage: the message stored here was damaged and is 
 SYSTEM_PREFIX = "rmq_sys_"
 #: born and store host of a salvage record: 0.0.0.0:0
 NO_HOST = "0.0.0.0:0"
+#: the fewest bytes an end-of-file BLANK takes (CommitLog.END_FILE_MIN_BLANK_LENGTH: TOTALSIZE and magic)
+MIN_BLANK = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +70,19 @@ class Unit:
 @dataclasses.dataclass(frozen=True)
 class SalvageRecord:
     """One record written into a damaged range: at commitlog ``offset``, ``size`` bytes; ``unit`` (the record's
-    own queue) and ``lmq`` (its LMQ queues' units) for a tombstone, None and () for a filler."""
+    own queue) and ``lmq`` (its LMQ queues' units) for a tombstone, None and () for a filler or (``blank``) the
+    segment's end-of-file BLANK."""
 
     offset: int
     size: int
     unit: Unit | None
     lmq: tuple[Unit, ...] = ()
+    blank: bool = False
+
+    @property
+    def written(self) -> str:
+        """What it is: tombstone, filler or blank."""
+        return "blank" if self.blank else "filler" if self.unit is None else "tombstone"
 
     def properties(self) -> str:
         """INNER_MULTI_DISPATCH and INNER_MULTI_QUEUE_OFFSET of the LMQ units (if any), then SALVAGED."""
@@ -80,6 +95,8 @@ class SalvageRecord:
 
     def encode(self, store_timestamp: int) -> bytes:
         """The record's bytes (exactly ``size``)."""
+        if self.blank:
+            return struct.pack(">ii", self.size, BLANK_MAGIC_CODE).ljust(self.size, b"\0")
         if self.unit is None:
             head = Message(FILLER_TOPIC, properties=self.properties(), sys_flag=TRANSACTION_ROLLBACK_TYPE)
         else:
@@ -109,13 +126,19 @@ def _length(m: Message) -> int:
 
 
 def _what(r: SalvageRecord) -> str:
-    return "filler" if r.unit is None else f"tombstone of {r.unit.topic}/{r.unit.queue_id}"
+    return r.written if r.unit is None else f"tombstone of {r.unit.topic}/{r.unit.queue_id}"
 
 
 def min_filler(offset: int) -> int:
     """The fewest bytes a filler at commitlog ``offset`` takes (its SALVAGED property holds the offset)."""
     filler = SalvageRecord(offset, 0, None)
     return _length(Message(FILLER_TOPIC, properties=filler.properties(), sys_flag=TRANSACTION_ROLLBACK_TYPE))
+
+
+def holds_broker_state(topic: str) -> bool:
+    """A topic whose records hold the broker's own state (transaction halves and ops, delays, timers, revives):
+    salvage writes no tombstone there (what the broker's services do with one is not proven)."""
+    return topic in BROKER_TOPICS or topic.startswith(SYSTEM_PREFIX)
 
 
 def tombstone(units: Sequence[Unit]) -> SalvageRecord:
@@ -126,7 +149,7 @@ def tombstone(units: Sequence[Unit]) -> SalvageRecord:
     if len(own) != 1 or len({(v.offset, v.size) for v in units}) != 1:
         names = ", ".join(f"{v.topic}/{v.queue_id} queue offset {v.queue_offset} ({v.size} bytes)" for v in units)
         raise Refused(f"units at commitlog offset {u.offset} ({names}): not one record's own queue: not salvaged")
-    if own[0].topic in BROKER_TOPICS or own[0].topic.startswith(SYSTEM_PREFIX):
+    if holds_broker_state(own[0].topic):
         raise Refused(
             f"the record at commitlog offset {u.offset} is of {own[0].topic}, a topic whose records hold the broker's "
             "own state (transactions, delays, timers): a tombstone there is not something it knows; not salvaged"
@@ -134,9 +157,10 @@ def tombstone(units: Sequence[Unit]) -> SalvageRecord:
     return SalvageRecord(u.offset, u.size, own[0], tuple(v for v in units if v is not own[0]))
 
 
-def layout(start: int, end: int, units: Sequence[Unit]) -> list[SalvageRecord]:
+def layout(start: int, end: int, units: Sequence[Unit], segment_end: bool = False) -> list[SalvageRecord]:
     """The records that fill [start, end) exactly: a tombstone where units point (their size), a filler in each
-    gap. Refused when units overlap or leave the range, or a gap is too small for a filler."""
+    gap; with ``segment_end`` (``end`` is the segment's end) the bytes after the last tombstone an end-of-file
+    BLANK. Refused when units overlap or leave the range, or a gap is too small for a filler or a BLANK."""
     out: list[SalvageRecord] = []
     at = start
     by_offset: dict[int, list[Unit]] = {}
@@ -153,7 +177,17 @@ def layout(start: int, end: int, units: Sequence[Unit]) -> list[SalvageRecord]:
         out += _filler(at, offset)
         out.append(record)
         at = offset + record.size
-    return out + _filler(at, end)
+    return out + (_blank(at, end) if segment_end else _filler(at, end))
+
+
+def _blank(start: int, end: int) -> list[SalvageRecord]:
+    """The end-of-file BLANK of [start, end); Refused when fewer bytes are left than the broker leaves."""
+    if end - start < MIN_BLANK:
+        raise Refused(
+            f"{end - start} bytes at commitlog offset {start} before the segment's end are fewer than the broker "
+            f"leaves after its last record ({MIN_BLANK}): this damaged range is not salvaged"
+        )
+    return [SalvageRecord(start, end - start, None, blank=True)]
 
 
 def _filler(start: int, end: int) -> list[SalvageRecord]:
@@ -168,9 +202,11 @@ def _filler(start: int, end: int) -> list[SalvageRecord]:
     return [SalvageRecord(start, end - start, None)]
 
 
-def fill(start: int, end: int, units: Sequence[Unit], store_timestamp: int) -> tuple[list[SalvageRecord], bytes]:
+def fill(
+    start: int, end: int, units: Sequence[Unit], store_timestamp: int, segment_end: bool = False
+) -> tuple[list[SalvageRecord], bytes]:
     """The records of ``layout`` and their bytes, exactly ``end - start``."""
-    records = layout(start, end, units)
+    records = layout(start, end, units, segment_end)
     data = b"".join(r.encode(store_timestamp) for r in records)
     assert len(data) == end - start
     return records, data

@@ -5,7 +5,8 @@ last segment holding messages only a BLANK (or records to the very end) is a nor
 tails are preallocated space and a torn record is the crash tail the broker would truncate. A memory-mapped
 segment torn by a crash holds the first bytes of its last record and then the zeros of the preallocated file:
 the scanner reports that record as a length mismatch and stops at the zeros; ``settle_torn_tail`` reads it as
-the torn record it is.
+the torn record it is. Before the last segment holding messages, records that stop with no record start after them
+in their segment (``settle_damaged_ends``) are damage to the segment's end, like any other damaged range.
 
 Damage to one record (a CRC or length mismatch, a bad delay level) loses at most that record: it never
 stops or skips a segment.
@@ -22,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.resync import DAMAGED_RECORDS, DamagedMessage, Hole
+from storelib.broker.resync import DAMAGED_RECORDS, RESYNC_REASONS, DamagedMessage, Hole
 from storelib.broker.rule_choice import RuleInputs
 from storelib.constants import CRC32_POLYNOMIAL
 from storelib.findings import KINDS, Finding, FindingFields, finding
@@ -368,6 +369,28 @@ def settle_torn_tail(segments: list[Segment], summaries: Mapping[str, SegmentSum
         detail = f"the first bytes of a record, then zeros ({last.detail})"
         at = last.commitlog_offset - written[-1].framing.header  # a DLedger entry starts before its record
         out[s.segment] = dataclasses.replace(s, end_reason=END_TORN, end_offset=at, detail=detail, damage=s.damage[:-1])
+    return out
+
+
+def settle_damaged_ends(segments: list[Segment], summaries: Mapping[str, SegmentSummary]) -> dict[str, SegmentSummary]:
+    """The summaries with each commitlog segment before the last one holding messages whose records stop at bytes
+    the search past damage found no record start after (zeros, a bad magic, an impossible TOTALSIZE, a BLANK of
+    the wrong length, a record running past the segment) read as damaged records from there to the segment's end.
+    The broker never leaves such a segment (it ends a full segment with a BLANK of the bytes left): its recovery
+    stops there like at any damaged record; outside its walk it serves the units that point there and every record
+    of the next segments."""
+    out = dict(summaries)
+    with_messages = [i for i, seg in enumerate(segments) if summaries[seg.name].messages > 0]
+    for seg in segments[: with_messages[-1] if with_messages else 0]:
+        s = summaries[seg.name]
+        if seg.framing is not COMMITLOG_FRAMING or s.end_reason not in RESYNC_REASONS:
+            continue
+        damage, start = list(s.damage), s.end_offset
+        if damage and damage[-1].kind == DAMAGE_LENGTH and s.last_message_offset < damage[-1].commitlog_offset:
+            start = damage.pop().commitlog_offset  # walked over by its TOTALSIZE: the damage starts there
+        detail = f"the walk stopped there ({s.end_reason}{': ' + s.detail if s.detail else ''}), no record after it"
+        damage.append(Damage(DAMAGED_RECORDS, start, detail, 0, seg.start + seg.size))
+        out[seg.name] = dataclasses.replace(s, end_reason=END_BLANK, detail="", damage=tuple(damage))
     return out
 
 

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from storelib.broker.salvage import holds_broker_state
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
 from storelib.layout import CHECKPOINT, COMMITLOG, is_local
@@ -225,10 +226,45 @@ def salvage_commands(report: AuditReport) -> list[str]:
     records, a record failing its CRC) and the store is local; else none."""
     if not is_local(report.run.store):
         return []
-    if not any(KINDS[f.kind].salvaged for f in report.findings):
+    if not any(KINDS[f.kind].salvaged for f in report.findings) or salvage_refusal(report):
         return []
     dry = recover_commands(report)[0] + " --salvage"
     return [dry, dry + " --apply"]
+
+
+def damaged_messages(report: AuditReport) -> int:
+    """Queue units that point at damaged records (cq-damaged-entries) and records failing their BODYCRC: what
+    every rescue loses; salvage serves a tombstone at each."""
+    units = sum(f.count or 1 for f in report.findings if f.kind == "cq-damaged-entries")
+    return units + sum(1 for f in report.findings if f.kind == "crc-mismatch")
+
+
+def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
+    """Each way out and the sound messages it loses (None: not known), fewest first: ``salvage`` (where offered)
+    loses none, its damaged records become tombstones; ``recover`` and the broker ``alone`` lose what the broker's
+    truncation takes (recover's checkpoint averts it where ``recovery-would-truncate`` says so) and leave the
+    damaged records served as they are."""
+    lost = cut["messages"] if cut is not None else 0
+    after_recover = lost if any(f.kind == "recovery-would-truncate-after-recover" for f in report.findings) else 0
+    out = [
+        {"rescue": "recover", "sound_messages_lost": after_recover},
+        {"rescue": "alone", "sound_messages_lost": lost},
+    ]
+    if salvage_commands(report):
+        out.insert(0, {"rescue": "salvage", "sound_messages_lost": 0, "tombstones": damaged_messages(report)})
+    return sorted(out, key=lambda r: float("inf") if r["sound_messages_lost"] is None else r["sound_messages_lost"])
+
+
+def salvage_refusal(report: AuditReport) -> str | None:
+    """Why salvage would refuse this store: the first queue of a topic holding the broker's own state with units
+    pointing into damaged records (cq-damaged-entries); None when none does."""
+    for f in report.findings:
+        if f.kind == "cq-damaged-entries" and f.topic is not None and holds_broker_state(f.topic):
+            return (
+                f"{f.topic}/{f.queue_id} queue offset {f.queue_offset}: a damaged record of a topic whose records hold "
+                "the broker's own state; salvage writes no tombstone there"
+            )
+    return None
 
 
 def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
@@ -248,6 +284,7 @@ def recover_advice(report: AuditReport, steps: list[Json]) -> Json:
         "stop_broker_first": True,
         "commands": recover_commands(report) if why_not is None else [],
         "salvage": salvage_commands(report),
+        "salvage_refused": salvage_refusal(report),
         "backup": BACKUP_DEFAULT.format(store=store.rstrip("/")),
         "steps": steps if why_not is None else [],
         "remains": remains(report, steps if why_not is None else []),
@@ -267,6 +304,7 @@ def verdict(report: AuditReport, messages_lost: int | None = None) -> Json:
         "truncate": cut,
         "problems": problem_lines(report),
         "recover": recover_advice(report, recover_steps(report)),
+        "rescues": rescues(report, cut),
     }
 
 
