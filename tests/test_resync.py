@@ -374,3 +374,14 @@ def test_a_record_whose_field_is_wrong_but_whose_totalsize_frames_is_skipped_by_
     s, resync = _scan(data)
     assert s.offsets() == [BASE + p for i, p in enumerate(starts) if i != 7] and resync.holes == []
     assert [(d[1], d[2]) for d in s.damage] == [(DAMAGE_LENGTH, BASE + starts[7])]
+
+
+@pytest.mark.parametrize("last", [1, 8, 20, 35])
+def test_bytes_within_a_header_of_the_files_end_after_damage_end_the_search(last: int) -> None:
+    """Damage, zeros, then a few bytes that are not zero in the last ``last`` bytes of the file: no record fits
+    there; the search ends (it looped, waiting for a whole header the file cannot hold)."""
+    data = bytearray(1000)
+    data[:8] = struct.pack(">ii", 425, 0x12345678)
+    data[-last:] = b"\x07" * last
+    s, resync = _scan(data)
+    assert (s.end.reason, s.end.offset, s.offsets(), resync.holes) == (END_BAD_MAGIC, BASE, [], [])

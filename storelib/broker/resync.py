@@ -236,7 +236,7 @@ class Resync:
             if skipped is None:
                 return None
             buf, buf_pos, q = skipped
-            if q + _HEAD > buf_pos + len(buf):
+            if q + _HEAD > buf_pos + len(buf) and buf_pos + len(buf) < size:  # at the file's end: nothing to read
                 continue
             hi = len(buf) - 8 if buf_pos + len(buf) >= size else len(buf) - _HEAD + 1
             found, q, heads = self._search(sc, buf, buf_pos, q - buf_pos, hi)
