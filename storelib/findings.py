@@ -498,7 +498,13 @@ def blocks_recover(f: Finding) -> bool:
 
 def finding_order(f: Finding) -> tuple[object, ...]:
     """Worst first, then by file and position: the order of every report."""
-    return (-SEVERITIES.index(f.severity), f.file, f.queue_offset or -1, f.commitlog_offset or -1, f.kind)
+    return (-SEVERITIES.index(f.severity), f.file, f.queue_offset or -1, f.commitlog_offset or -1, f.kind, *tie(f))
+
+
+def tie(f: Finding) -> tuple[str, ...]:
+    """The last key of every order of findings: every field, so that two findings equal in the leading keys still
+    come in one order, whatever order the tasks that found them finished in."""
+    return tuple("" if v is None else f"{v!r}" for v in dataclasses.astuple(f))
 
 
 def kinds_table(areas: Iterable[str] = AREAS) -> str:

@@ -176,6 +176,18 @@ def test_duplicate_queue_offsets_are_dropped_and_reported() -> None:
         assert files == [("00000000000000000000", kept + bytes(20))]
 
 
+def test_a_second_run_over_written_offsets_is_dropped_whole() -> None:
+    """A later run from queue offset 0 over a queue already at 2: both of its units are repeats, not only the first."""
+    q = QueueFiles(100)
+    list(q.add_run(0, unit(10, 1, 0) + unit(20, 1, 0)))
+    list(q.add_run(0, unit(70, 1, 0) + unit(80, 1, 0)))
+    assert q.findings == [
+        QueueFinding("duplicate-queue-offset", 0, 1, 70),
+        QueueFinding("duplicate-queue-offset", 1, 1, 80),
+    ]
+    assert [rows(data) for _, data in q.finish()] == [[(10, 1, 0), (20, 1, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0)]]
+
+
 @pytest.mark.parametrize("feed", ["add", "add_run"])
 def test_queue_offset_gaps_are_reported(feed: str) -> None:
     entries = [(0, 10, 1, 0), (1, 20, 1, 0), (4, 50, 1, 0), (5, 60, 1, 0)]

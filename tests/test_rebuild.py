@@ -302,3 +302,27 @@ def test_the_index_stage_lists_the_scratch_directory_only_once_it_exists(tmp_pat
     threading.Timer(0.1, lambda: _land(summary_path(scratch, seg.name), text)).start()
     found = parse_module.wait_for_summaries(scratch, [[Piece(seg, 0, seg.size)]], threading.Event())
     assert sorted(found.summaries) == [seg.name]
+
+
+@pytest.mark.parametrize("first", ["later", "earlier"])
+def test_runs_of_one_queue_offset_are_written_in_commitlog_order_whatever_order_spark_has(spark, tmp_path, first):
+    """Two runs from queue offset 0 of one queue: the broker dispatches in commitlog order and keeps the first unit
+    of a queue offset, so the earlier record's units are written and the later ones are the duplicates, in whatever
+    order the rows reach the writer."""
+    from jobs.pipeline.consume_queues import write_consume_queues
+    from jobs.pipeline.context import spark_schema
+    from tests.test_write import CFG, runs, unit
+    from udfs.schema import CQ_RUN_SCHEMA
+
+    scratch, out = tmp_path / "scratch", tmp_path / "out"
+    later = runs(scratch, "p1", ("Orders", 0, 0, [7, 8]), ("Orders", 0, 2, [9]))
+    earlier = runs(scratch, "p0", ("Orders", 0, 0, [2, 3]))
+    rows = (later.to_pylist() + earlier.to_pylist()) if first == "later" else earlier.to_pylist() + later.to_pylist()
+    df = spark.createDataFrame(rows, spark_schema(CQ_RUN_SCHEMA)).coalesce(1)
+    queues, findings = write_consume_queues(Run(spark, CFG), df, str(out), str(scratch))
+    assert (out / "consumequeue/Orders/0/00000000000000000000").read_bytes() == unit(2) + unit(3) + unit(9)
+    assert [(f.kind, f.queue_offset, f.commitlog_offset) for f in findings] == [
+        ("duplicate-queue-offset", 0, 7000),
+        ("duplicate-queue-offset", 1, 8000),
+    ]
+    assert [(q.entries, q.min_offset, q.max_offset) for q in queues] == [(3, 0, 3)]

@@ -345,3 +345,43 @@ def test_holes_are_jumped_over_not_read(tmp_path: Path, gap: int) -> None:
     assert read_all == size
     assert read_fast <= cut + len(moved) + 3 * 4096 * (2 if gap else 1), read_fast
     assert len(plain) == 300 and (holes == [] if not gap else len(holes) == 1)
+
+
+@pytest.mark.parametrize("covered", [1, 2, 5])
+def test_a_totalsize_inflated_onto_a_later_records_start_is_a_hole_and_the_records_it_covered_are_found(
+    covered: int,
+) -> None:
+    """The broker's checkMessageAndReturnSize rejects a record whose TOTALSIZE differs from the length its fields
+    give (calMsgLength), even when that TOTALSIZE lands exactly on a later record's start: the record is a hole
+    named by its offset, and the ``covered`` records after it are found again at their offsets."""
+    data, starts, sizes = _segment()
+    k = 7
+    struct.pack_into(">i", data, starts[k], starts[k + 1 + covered] - starts[k])
+    s, resync = _scan(data)
+    assert s.offsets() == [BASE + p for i, p in enumerate(starts) if i != k]
+    (hole,) = resync.holes
+    assert (hole.file, hole.start, hole.end) == (s.end.file, BASE + starts[k], BASE + starts[k + 1])
+    assert f"the fields add up to {sizes[k]}" in hole.detail
+    assert [m.uniq_key for m in hole.messages] == [f"UK{k:04d}"]
+    assert s.end.reason == END_BLANK and [d for d in s.damage if d[1] == DAMAGE_LENGTH] == []
+
+
+def test_a_record_whose_field_is_wrong_but_whose_totalsize_frames_is_skipped_by_its_length() -> None:
+    """No record starts inside it (its TOTALSIZE is right, a length field is not): a length mismatch, and the walk
+    goes on by its TOTALSIZE."""
+    data, starts, sizes = _segment()
+    struct.pack_into(">i", data, starts[7] + 84, sizes[7])  # BODYLENGTH now runs past the record
+    s, resync = _scan(data)
+    assert s.offsets() == [BASE + p for i, p in enumerate(starts) if i != 7] and resync.holes == []
+    assert [(d[1], d[2]) for d in s.damage] == [(DAMAGE_LENGTH, BASE + starts[7])]
+
+
+@pytest.mark.parametrize("last", [1, 8, 20, 35])
+def test_bytes_within_a_header_of_the_files_end_after_damage_end_the_search(last: int) -> None:
+    """Damage, zeros, then a few bytes that are not zero in the last ``last`` bytes of the file: no record fits
+    there; the search ends (it looped, waiting for a whole header the file cannot hold)."""
+    data = bytearray(1000)
+    data[:8] = struct.pack(">ii", 425, 0x12345678)
+    data[-last:] = b"\x07" * last
+    s, resync = _scan(data)
+    assert (s.end.reason, s.end.offset, s.offsets(), resync.holes) == (END_BAD_MAGIC, BASE, [], [])

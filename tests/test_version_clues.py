@@ -8,6 +8,7 @@ test checks every real harness store against them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from jobs.pipeline.rebuild_flow import list_segments, store_facts
-from jobs.pipeline.store_rules import LiveIndex
+from jobs.pipeline.store_rules import LiveIndex, resolve_rules
 from storelib.broker.config import load_broker_config
 from storelib.broker.detection import StoreFacts, config_keys, record_clues, releases
 from storelib.broker.versions import parse_version
@@ -32,6 +33,8 @@ from tests.broker.harness import (
     java_available,
 )
 from tests.builders import batch_of, msg
+from tests.reference import walk_commitlog
+from tests.storecopy import rmqstore_main
 
 LOST = ("index", "consumequeue", "batchconsumequeue", "checkpoint")
 
@@ -194,3 +197,70 @@ def test_real_stores_after_a_disaster(version: str, variant: str, seed: int, tmp
     assert (found.low, found.high) != (before.low, before.high), f"no narrower than {before.text}"
     names = [r.name for r in found.candidates]
     print(f"{version} {variant} seed {seed}: {found.text} (rule sets {names}); before: {before.text}")
+
+
+def _tear(root: Path, how: str) -> int:
+    """The store's last record torn as a power loss tears it: its last 4 bytes or its second half zeroed (the file's
+    preallocated zeros), or the file cut inside it. Its commitlog offset."""
+    *_, last = walk_commitlog(root / "commitlog")
+    seg = sorted((root / "commitlog").iterdir())[-1]
+    data = bytearray(seg.read_bytes())
+    at, size = last.offset, last.total_size
+    rel = at - int(seg.name)
+    if how == "cut":
+        del data[rel + size // 2 :]
+    else:
+        keep = size - 4 if how == "zero-4" else size // 2
+        data[rel + keep : rel + size] = bytes(size - keep)
+    seg.unlink()  # a hard link to the cached store: never written through
+    seg.write_bytes(bytes(data))
+    return at
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("how", ["zero-4", "zero-half", "cut"])
+def test_a_torn_tail_never_changes_the_release_found(broker_store, how: str, tmp_path: Path) -> None:
+    """The 5.5.0 store with enabledAppendPropCRC, its last record torn: the one broken property string at its end
+    (its last bytes zeros, no 0x02) is no clue and starts no stretch; the rules stay 5.5's."""
+    store = broker_store("5.5.0", "crc")
+    root = tmp_path / "store"
+    shutil.copytree(store.root, root, copy_function=_link_or_copy)
+    _tear(root, how)
+    cfg = load_broker_config(store.broker_conf)
+    segments, _ = list_segments(str(root), cfg)
+    _, rules = resolve_rules(str(root), cfg, segments)
+    assert (rules.rules.name, rules.earlier, rules.releases.low if rules.releases else None) == ("5.5", (), (5, 5, 0))
+
+
+@pytest.mark.broker
+def test_a_torn_tail_of_the_crc_store_is_audited_naming_the_torn_record(broker_store, tmp_path: Path) -> None:
+    """Audited (exit 1, not 2: the release is found) and the torn record named by its file and offset."""
+    store = broker_store("5.5.0", "crc")
+    root = tmp_path / "store"
+    shutil.copytree(store.root, root, copy_function=_link_or_copy)
+    at = _tear(root, "zero-4")
+    report = tmp_path / "report"
+    argv = ["audit", "--store", str(root), "--broker-config", str(store.broker_conf), "--report", str(report)]
+    assert rmqstore_main(argv) == 1
+    findings = json.loads((report / "report.json").read_text())["findings"]
+    assert [(f["file"], f["commitlog_offset"]) for f in findings if f["severity"] != "info"] == [
+        (f"commitlog/{at // (64 << 10) * (64 << 10):020d}", at)
+    ]
+
+
+def test_fewer_than_three_broker_written_strings_tell_no_release() -> None:
+    """One or two property strings are no sample: they give no clue; three do."""
+    assert releases(StoreFacts(props_records=2)).text == "any release"
+    assert releases(StoreFacts(props_records=2, props_ending_02=2)).text == "any release"
+    assert releases(StoreFacts(props_records=3)).text == "4.9.1 up to 5.2.0"
+
+
+def test_a_property_string_ending_in_zeros_is_not_the_brokers() -> None:
+    """A delivered copy (REAL_TOPIC) whose string's last bytes are zeros (a torn tail) is not counted; whole ones
+    are, ending with 0x02 or not."""
+    whole = msg("T", {}, body=b"x")
+    ends_02 = format_properties({"REAL_TOPIC": "T", "KEYS": "k"}) + "\x02"
+    torn = format_properties({"REAL_TOPIC": "T", "KEYS": "k"})[:-2] + "\0\0"
+    records = [dataclasses.replace(whole, properties=p) for p in (ends_02, ends_02.rstrip("\x02"), torn)]
+    counts = record_clues(batch_of(records), {})
+    assert (counts["props_records"], counts["props_ending_02"]) == (2, 1)

@@ -38,7 +38,7 @@ def runs(scratch: Path, piece: str, *rows: tuple[str, int, int, list[int]]) -> p
     return pa.RecordBatch.from_pylist(
         [
             {"segment": "s", "piece": piece, "topic": t, "queue_id": q, "queue_offset": qo, "count": len(u)}
-            | {"units_at": a}
+            | {"units_at": a, "commitlog_offset": 1000 * u[0]}
             for (t, q, qo, u), a in zip(rows, at)
         ],
         schema=CQ_RUN_SCHEMA,

@@ -148,7 +148,8 @@ class PieceUnits:
         """Write the units to ``piece``'s file in ``scratch`` (cq_units_path) and return their runs: consecutive
         queue offsets of one queue, a row each."""
         names = list(self.names)
-        rows: list[tuple[str, int, int, int, int]] = []  # queue name, queue id, first queue offset, count, units_at
+        rows: list[tuple[str, int, int, int, int, int]] = []  # queue, queue id, first queue offset, count, units_at,
+        # and the commitlog offset of the run's first unit
         data: list[bytes] = []
         at = 0
         for unit, parts in self.parts.items():
@@ -161,17 +162,19 @@ class PieceUnits:
             new_run[1:] = (code[1:] != code[:-1]) | (qid[1:] != qid[:-1]) | (first[1:] != nxt[:-1])
             starts = np.flatnonzero(new_run)
             counts = np.diff(np.append(starts, len(code)))
+            units = units[order]
             rows += zip(
                 (names[c] for c in code[starts].tolist()),
                 qid[starts].tolist(),
                 first[starts].tolist(),
                 counts.tolist(),
                 (at + unit * starts).tolist(),
+                units[starts, :8].copy().view(">i8").ravel().tolist(),  # a unit starts with its record's offset
             )
-            data.append(units[order].tobytes())
+            data.append(units.tobytes())
             at += len(order) * unit
         write_then_move(*resolve(cq_units_path(scratch, piece)), b"".join(data))
-        topic, queue_id, first_offset, count, units_at = zip(*rows) if rows else ((),) * 5
+        topic, queue_id, first_offset, count, units_at, commitlog_offset = zip(*rows) if rows else ((),) * 6
         cols = [
             pa.array([segment] * len(rows), pa.string()),
             pa.array([piece] * len(rows), pa.string()),
@@ -180,6 +183,7 @@ class PieceUnits:
             pa.array(first_offset, pa.int64()),
             pa.array(count, pa.int64()),
             pa.array(units_at, pa.int64()),
+            pa.array(commitlog_offset, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=CQ_RUN_SCHEMA)
 

@@ -25,6 +25,7 @@ CQ_RUN_SCHEMA = pa.schema(
         ("queue_offset", pa.int64()),  # of the run's first unit
         ("count", pa.int64()),  # units: 20 bytes each (46 in a BatchCQ topic's queue)
         ("units_at", pa.int64()),  # where the run's first unit is in the piece's file
+        ("commitlog_offset", pa.int64()),  # of the run's first unit's record: breaks ties between runs
     ]
 )
 

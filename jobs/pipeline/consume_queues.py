@@ -22,11 +22,16 @@ from udfs.write import consume_queue_writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
+#: the order a queue's runs are written in: by queue offset, and runs of one queue offset in commitlog order (the
+#: broker dispatches in commitlog order and keeps the first unit of a queue offset), so the files are a function of
+#: the commitlog's bytes, never of the order Spark's shuffle delivers ties in
+QUEUE_ORDER = ("topic", "queue_id", "queue_offset", "commitlog_offset")
+
 
 def write_consume_queues(
     run: Run, runs: DataFrame, staging: str, scratch: str
 ) -> tuple[list[QueueRecord], list[Finding]]:
-    """Runs grouped by queue, ordered by queue offset, each queue streamed into its files (one job with the parse)
+    """Runs grouped by queue, ordered by QUEUE_ORDER, each queue streamed into its files (one job with the parse)
     from the units the parse left in ``scratch``: the queues in (topic, queue id) order, and the writers' findings.
 
     Repartitioned by column, not to a count: spark.sql.shuffle.partitions writers, which adaptive execution
@@ -35,7 +40,7 @@ def write_consume_queues(
     written = (
         appended_at_write_position(runs, run.cfg.appended_topics, run.cfg.appended_lmq)
         .repartition("topic", "queue_id")
-        .sortWithinPartitions("topic", "queue_id", "queue_offset")
+        .sortWithinPartitions(*QUEUE_ORDER)
         .mapInArrow(consume_queue_writer(staging, scratch, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
     )
     rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
@@ -56,7 +61,7 @@ def appended_at_write_position(runs: DataFrame, topics: tuple[str, ...], lmq: bo
     if not topics and not lmq:
         return runs
     queue = Window.partitionBy("topic", "queue_id")
-    before = queue.orderBy("queue_offset").rowsBetween(Window.unboundedPreceding, -1)
+    before = queue.orderBy(*QUEUE_ORDER[2:]).rowsBetween(Window.unboundedPreceding, -1)
     position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
     appended = F.col("topic").isin(*topics) | (F.lit(lmq) & F.col("topic").startswith(LMQ_PREFIX))
     return runs.withColumn("queue_offset", F.when(appended, position).otherwise(F.col("queue_offset")))

@@ -20,6 +20,7 @@ from jobs.pipeline.context import Run
 from storelib.broker.config import BrokerConfig, batch_cq_topics, with_store_mode
 from storelib.broker.detection import (
     CONFIG_JSON,
+    MIN_SAMPLE,
     Clue,
     RecordClues,
     StoreFacts,
@@ -177,6 +178,8 @@ def _cuts(
         return []
     last, tail = segments[-1], _told(read[segments[-1].name], field)
     if tail and tail[-1][1] != heads[-1][1][1]:
+        if field == ENDS_02:
+            _enough_to_tell(last, tail)
         heads.append((Segment(last.uri, last.name, last.start + last.size, 0), tail[-1]))
     cuts: list[Cut] = [(-1, heads[0][0].start, heads[0][1][1])]
     for (before, (_, a)), (after, (at_b, b)) in itertools.pairwise(heads):
@@ -227,6 +230,18 @@ def _value(read: dict[str, list[Mark]], field: int, lo: int, hi: int) -> bool | 
     tells, or they disagree)."""
     values = {bool(m[field]) for marks in read.values() for m in marks if lo <= m[0] < hi and m[field] is not None}
     return values.pop() if len(values) == 1 else None
+
+
+def _enough_to_tell(seg: Segment, told: list[tuple[int, bool]]) -> None:
+    """The broker-written records at the end of ``seg`` that end otherwise than its first: at least MIN_SAMPLE of
+    them tell a later release; fewer tell nothing, and its rules would be guessed: refused."""
+    run = next((k for k, (_, ends) in enumerate(reversed(told)) if ends != told[-1][1]), len(told))
+    if run < MIN_SAMPLE:
+        raise ConfigError(
+            f"{seg.rel}: only the last {run} broker-written record(s) end their property strings "
+            f"{'with' if told[-1][1] else 'without'} 0x02, unlike the rest: too few to tell whether another release "
+            "wrote them: give --broker-version"
+        )
 
 
 def _first_of_run(marks: list[Mark], at: int, ends_02: bool) -> int:

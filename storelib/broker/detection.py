@@ -107,17 +107,24 @@ BROKER_TOPICS = (
 )
 
 
+#: the fewest broker-written property strings (``broker_encoded``) that tell a release: fewer (the one torn record
+#: at a log's end) tell nothing
+MIN_SAMPLE = 3
+
+
 def broker_encoded(b: RecordBatch) -> np.ndarray:
     """Records whose property string the broker's own MessageDecoder wrote: of BROKER_TOPICS, delivered copies
     (REAL_TOPIC), transaction commits and rollbacks; not those holding INNER_MULTI_DISPATCH (5.2.0 writes their
     offsets after the string: no 0x02 end). A 4.x broker keeps a client's single message's string as the client
     sent it (the 4.5.2 store: its 4.9.8 client's strings end without 0x02, the broker's own with 0x02), so only
-    these tell the broker's release."""
+    these tell the broker's release. A string that ends with a zero byte is not one the broker wrote whole (it ends
+    with 0x02 or a value's last character): a torn record, whose tail a power loss left as the file's zeros."""
     values = find_properties(b.buf, b.props_start, b.props_len, ("REAL_TOPIC", "INNER_MULTI_DISPATCH"))
     topics = np.isin(b.topic_code, [c for c, t in enumerate(b.topic_names) if t in BROKER_TOPICS])
     ended = (b.sys_flag & 0x8) != 0  # TransactionCommit (8) or Rollback (12)
     made = topics | (values["REAL_TOPIC"][0] >= 0) | ended
-    return made & (values["INNER_MULTI_DISPATCH"][0] < 0) & (b.props_len > 0)
+    whole = b.buf[np.maximum(b.props_start + b.props_len - 1, 0)] != 0
+    return made & (values["INNER_MULTI_DISPATCH"][0] < 0) & (b.props_len > 0) & whole
 
 
 class RecordClues(TypedDict, total=False):
@@ -279,9 +286,9 @@ def clues(f: StoreFacts) -> list[Clue]:
         text = f"{f.v2_records} sampled record(s) use MESSAGE_MAGIC_CODE_V2"
         out.append(Clue.at_least("v2 magic", text, (5, 1, 0)))
     props = f"{f.props_records} sampled broker-written property strings end with 0x02"
-    if f.props_records and f.props_ending_02 == f.props_records:
+    if f.props_records >= MIN_SAMPLE and f.props_ending_02 == f.props_records:  # fewer tell nothing
         out.append(Clue("properties end 0x02", f"all {props}", PROPERTIES_END_02))
-    elif f.props_records and f.props_ending_02 == 0:
+    elif f.props_records >= MIN_SAMPLE and f.props_ending_02 == 0:
         out.append(Clue("properties end 0x02", f"none of {props}", _complement(PROPERTIES_END_02)))
     if f.repeated_name_records:
         text = f"{f.repeated_name_records} sampled record(s) hold a property name twice (batch properties appended)"

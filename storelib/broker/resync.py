@@ -47,6 +47,7 @@ from storelib.formats.scanner import (
     END_TORN,
     END_ZERO_TAIL,
     FIND_WINDOW,
+    length_mismatch,
 )
 
 if TYPE_CHECKING:
@@ -235,7 +236,7 @@ class Resync:
             if skipped is None:
                 return None
             buf, buf_pos, q = skipped
-            if q + _HEAD > buf_pos + len(buf):
+            if q + _HEAD > buf_pos + len(buf) and buf_pos + len(buf) < size:  # at the file's end: nothing to read
                 continue
             hi = len(buf) - 8 if buf_pos + len(buf) >= size else len(buf) - _HEAD + 1
             found, q, heads = self._search(sc, buf, buf_pos, q - buf_pos, hi)
@@ -258,6 +259,33 @@ class Resync:
             self.holes.append(hole)
             return buf, buf_pos, found
         return None
+
+    def covered(
+        self, sc: SegmentScanner, buf: np.ndarray, buf_pos: int, at: int, total: int
+    ) -> tuple[np.ndarray, int, int] | None:
+        """The record at file position ``at`` (wholly in ``buf``) whose fields do not add up to its TOTALSIZE
+        ``total`` (the broker's recovery rejects it), when a record start the records prove lies inside it: its
+        TOTALSIZE is inflated over sound records, and the bytes up to that start are a hole (reason END_BAD_SIZE);
+        (buf, buf_pos, that start). None when there is none: the walk takes it by its TOTALSIZE."""
+        implied = int(kernel.layout(buf, at - buf_pos, total)[-1])
+        size = sc.file_size
+        if at + min(size - at, total + _HEAD) > buf_pos + len(buf):  # every header that starts inside it
+            buf, buf_pos = sc.refill(buf, buf_pos, at, min(size - at, total + _HEAD))
+        q, heads = at + 1, [at]
+        while True:
+            hi = len(buf) - 8 if buf_pos + len(buf) >= size else len(buf) - _HEAD + 1
+            found, _, more = self._search(sc, buf, buf_pos, q - buf_pos, min(hi, at + total - buf_pos))
+            heads += [buf_pos + h for h in more]
+            if found is None or found > 0 or -found == q:  # the same one again: the file ends short of its size
+                break
+            q = -found  # a record to check reaches past buf: read it whole (buf still from ``at``), then look again
+            buf, buf_pos = sc.refill(buf, buf_pos, at, q - at + min(size - q, MAX_RECORD))
+        if found is None or found < 0:
+            return None
+        listed = [read_what_is_left(buf[h - buf_pos :], 0, sc.base + h) for h in heads]
+        detail = f"{length_mismatch(total, implied)}, and a record starts at {sc.base + found}"
+        self.holes.append(Hole(sc.file, sc.base + at, sc.base + found, END_BAD_SIZE, detail, tuple(listed)))
+        return buf, buf_pos, found
 
     def _search(
         self, sc: SegmentScanner, a: np.ndarray, a_pos: int, lo: int, hi: int

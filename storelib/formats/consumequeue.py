@@ -163,7 +163,7 @@ class QueueFiles:
             return
         # duplicates: an entry at or below the last written offset is dropped, as the broker does
         prev = np.concatenate(([self.next_offset - 1 if self.next_offset is not None else -1], qo[:-1]))
-        dup = qo <= prev
+        dup = qo <= np.maximum.accumulate(prev)  # at or below any offset written before it
         for i in np.flatnonzero(dup):
             self.findings.append(QueueFinding("duplicate-queue-offset", int(qo[i]), 1, int(offsets[i])))
         if dup.any():

@@ -105,10 +105,11 @@ else:
         return c ^ np.uint32(0xFFFFFFFF)
 
     @njit(cache=True)
-    def walk(a, rel, stop, out, count, min_size, header, before):
+    def walk(a, rel, stop, out, count, min_size, header, before, check_length):
         """Whole message records from ``rel``: append their positions to ``out`` until a record is not a
         message, is shorter than ``min_size``, ends past ``stop``, its header is not in ``a``, starts at or after
-        ``before`` (a byte range's end: that record is the next range's), or ``out`` is full.
+        ``before`` (a byte range's end: that record is the next range's), ``check_length`` and its fields do not
+        add up to its TOTALSIZE (``layout``), or ``out`` is full.
         ``header`` > 0: each record is the body of a DLedger entry of that many header bytes (magic
         DLEDGER_ENTRY_MAGIC, then the entry size = header + TOTALSIZE), and the walk goes from entry to entry.
         Returns (count, rel of the first record, or entry, not taken)."""
@@ -122,6 +123,8 @@ else:
             if header and (_i32(a, rel) != DLEDGER_ENTRY_MAGIC or _i32(a, rel + 4) != header + total):
                 break
             if rel + header + total > stop:
+                break
+            if check_length and layout(a, rel + header, total)[-1] != total:
                 break
             out[count] = rel + header
             count += 1
@@ -167,8 +170,37 @@ else:
             q += 1
         return -1
 
+    @njit(cache=True)
+    def layout(a, p, size):
+        """Where the fields of the record at ``p`` (TOTALSIZE ``size``) are, read as the broker's
+        ``checkMessageAndReturnSize`` reads them: (STORETIMESTAMP, BODYLENGTH, BODYLENGTH's value, topic, its length,
+        properties, their length, the TOTALSIZE the fields add up to). That sum is ``calMsgLength`` (the 4.8.0,
+        4.9.7 and 5.5.0 jars alike): the hosts take 20 bytes where SYSFLAG says IPv6, the topic length is a signed
+        byte (v1 magic) or short (v2). The sum is -1 where the broker's read fails (a negative topic length), where a
+        field runs past the record (the sum then exceeds it), and where BODYLENGTH or PROPERTIESLENGTH is below 0:
+        the jars count and read those as 0, unverified by a broker run, so such a record is never indexed."""
+        end = p + size
+        flags = _i32(a, p + 36) if p + 40 <= end else 0
+        store_at = p + 48 + (20 if flags & FLAG_BORNHOST_V6 else 8)
+        body_at = store_at + 8 + (20 if flags & FLAG_STOREHOST_V6 else 8) + 12
+        if body_at + 4 > end:
+            return store_at, body_at, 0, 0, 0, 0, 0, -1
+        body_len = _i32(a, body_at)
+        q = body_at + 4 + body_len
+        width = 2 if _i32(a, p + 4) == MESSAGE_MAGIC_CODE_V2 else 1
+        if body_len < 0 or q + width > end:
+            return store_at, body_at, body_len, 0, 0, 0, 0, -1
+        topic_len = _i16(a, q) if width == 2 else np.int8(a[q])
+        topic_at = q + width
+        q = topic_at + topic_len
+        if topic_len < 0 or q + 2 > end:
+            return store_at, body_at, body_len, topic_at, 0, 0, 0, -1
+        props_len = _i16(a, q)
+        implied = q + 2 + props_len - p if props_len >= 0 else -1
+        return store_at, body_at, body_len, topic_at, topic_len, q + 2, props_len, implied
+
     #: what ``decode`` returns, in order: RecordBatch's field names, then the TOTALSIZE the fields add up to
-    #: (-1 where a length field is negative or points past the record) and the computed BODYCRC
+    #: (``layout``) and the computed BODYCRC
     DECODED = (
         "total_size", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length",
         "queue_offset", "stored_physical_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset",
@@ -177,7 +209,8 @@ else:
 
     @njit(cache=True)
     def decode(a, pos, check_crc):
-        """Every field of the records at ``pos``, one array per name of ``DECODED``."""
+        """Every field of the records at ``pos``, one array per name of ``DECODED`` (the BODYCRC computed where the
+        fields add up)."""
         n = len(pos)
         i32 = np.zeros((7, n), np.int32)
         total, crc, qid, flag, sys_flag, reconsume, body_len = i32[0], i32[1], i32[2], i32[3], i32[4], i32[5], i32[6]
@@ -188,39 +221,17 @@ else:
         for i in range(n):
             p = pos[i]
             size = _i32(a, p)
-            flags = _i32(a, p + 36)
-            total[i], sys_flag[i] = size, flags
+            total[i], sys_flag[i] = size, _i32(a, p + 36)
             crc[i], qid[i], flag[i] = _i32(a, p + 8), _i32(a, p + 12), _i32(a, p + 16)
             qoff[i], phys[i], born_ts[i] = _i64(a, p + 20), _i64(a, p + 28), _i64(a, p + 40)
-            end = p + size
-            q = p + 48 + (20 if flags & FLAG_BORNHOST_V6 else 8)
-            store_len = 20 if flags & FLAG_STOREHOST_V6 else 8
-            if q + 8 + store_len + 16 > end:
-                continue
-            store_ts[i] = _i64(a, q)
-            q += 8 + store_len
-            reconsume[i], prepared[i] = _i32(a, q), _i64(a, q + 4)
-            body = q + 16
-            body_len[i] = _i32(a, q + 12)
-            q = body + body_len[i]
-            if body_len[i] < 0 or q + 2 > end:
-                continue
-            if _i32(a, p + 4) == MESSAGE_MAGIC_CODE_V2:
-                topic_len[i] = _i16(a, q)
-                q += 2
-            else:
-                topic_len[i] = np.int8(a[q])
-                q += 1
-            topic_start[i] = q
-            q += topic_len[i]
-            if topic_len[i] < 0 or q + 2 > end:
-                continue
-            props_start[i], props_len[i] = q + 2, _i16(a, q)
-            if props_len[i] < 0:
-                continue
-            implied[i] = q + 2 + props_len[i] - p
+            store_at, body_at, body_len[i], topic_start[i], topic_len[i], props_start[i], props_len[i], implied[i] = (
+                layout(a, p, size)
+            )
+            if body_at + 4 <= p + size:
+                store_ts[i] = _i64(a, store_at)
+                reconsume[i], prepared[i] = _i32(a, body_at - 12), _i64(a, body_at - 8)
             if check_crc and implied[i] == size:
-                computed[i] = crc32(a, body, body_len[i]) & INT32_MAX
+                computed[i] = crc32(a, body_at + 4, body_len[i]) & INT32_MAX
         return (
             total, crc, qid, flag, sys_flag, reconsume, body_len, qoff, phys, born_ts, store_ts, prepared,
             topic_start, topic_len, props_start, props_len, implied, computed,
@@ -508,7 +519,7 @@ else:
         """Compile (or load from the cache) every kernel function on tiny inputs of the scanner's types."""
         a = np.zeros(64, dtype=np.uint8)
         z = np.zeros(1, np.int64)
-        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0, 64)
+        walk(a, 0, 64, np.zeros(4, np.int64), 0, 1, 0, 64, True)
         find_record(a, 0, 0, 64, 1)
         decode(a, z, True)
         intern_runs(a, z, z)

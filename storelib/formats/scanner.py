@@ -197,6 +197,12 @@ COMMITLOG_FRAMING = Framing("commitlog", 0, check_record)
 DLEDGER_FRAMING = Framing("dledger", DLEDGER_ENTRY_HEADER, check_entry)
 
 
+def length_mismatch(total: int, implied: int) -> str:
+    """What a record whose fields add up to ``implied`` (``kernel.layout``; -1: they cannot be read) says."""
+    sum_text = f"add up to {implied}" if implied >= 0 else "are negative or run past the record"
+    return f"TOTALSIZE {total} but the fields {sum_text}"
+
+
 class Resync(Protocol):
     """A search past damage (``storelib.broker.resync.Resync``): from the walk's stop at file position ``at``, the
     next record start, with the scanner's buffer moved there; None when the segment holds none."""
@@ -205,6 +211,10 @@ class Resync(Protocol):
 
     def past(
         self, sc: SegmentScanner, buf: np.ndarray, buf_pos: int, at: int, stop: tuple[str, str], last_taken: int
+    ) -> tuple[np.ndarray, int, int] | None: ...
+
+    def covered(
+        self, sc: SegmentScanner, buf: np.ndarray, buf_pos: int, at: int, total: int
     ) -> tuple[np.ndarray, int, int] | None: ...
 
 
@@ -324,6 +334,7 @@ class SegmentScanner:
                 MIN_RECORD_SIZE,
                 header,
                 self.stop - buf_pos,
+                self.resync is not None,  # stop at a record whose fields do not add up: Resync.covered looks inside it
             )
             if count:
                 last_taken = buf_pos + int(positions[count - 1])
@@ -336,6 +347,17 @@ class SegmentScanner:
                 pos = buf_pos + rel
                 continue
             stop, need = self.framing.check(buf[rel : rel + min(size - pos, header + 8)], size - pos)
+            if stop is None and self.resync is not None and pos < self.stop and pos + need <= buf_pos + len(buf):
+                # the walk stopped at a whole record: its fields do not add up to its TOTALSIZE
+                if count:
+                    yield from self._decode(buf, buf_pos, positions[:count])
+                    positions, count = np.empty(self.batch_records, dtype=np.int64), 0
+                jump = self.resync.covered(self, buf, buf_pos, pos, need)
+                if jump is None:  # taken by its TOTALSIZE, as a record that frames: _decode says the damage
+                    positions[0], count, last_taken, pos = pos - buf_pos, 1, pos, pos + need
+                else:
+                    (buf, buf_pos, pos), last_taken = jump, -1
+                continue
             if stop is not None and self.resync is not None and stop[0] in self.resync.reasons:
                 if count:  # decoded first: the search needs the last sound record's store time and damage
                     yield from self._decode(buf, buf_pos, positions[:count])
@@ -418,16 +440,8 @@ class SegmentScanner:
         ok = f["implied_size"] == f["total_size"]
         if not ok.all():
             for i in np.flatnonzero(~ok).tolist():
-                implied = f["implied_size"][i]
-                sum_text = f"add up to {implied}" if implied >= 0 else "are negative or run past the record"
-                self.damage.append(
-                    RecordDamage(
-                        self.file,
-                        DAMAGE_LENGTH,
-                        self.base + buf_pos + int(p[i]),
-                        f"TOTALSIZE {f['total_size'][i]} but the fields {sum_text}",
-                    )
-                )
+                detail = length_mismatch(int(f["total_size"][i]), int(f["implied_size"][i]))
+                self.damage.append(RecordDamage(self.file, DAMAGE_LENGTH, self.base + buf_pos + int(p[i]), detail))
             p, f = p[ok], {k: v[ok] for k, v in f.items()}
         if len(p) == 0:
             return

@@ -13,7 +13,7 @@ from storelib.broker.config import BrokerConfig
 from storelib.broker.restart import Restart, SegmentFacts
 from storelib.broker.rule_choice import BrokerRules
 from storelib.broker.segments import Segment, SegmentSummary, max_offset
-from storelib.findings import KINDS, SEVERITIES, Finding, finding_order
+from storelib.findings import KINDS, SEVERITIES, Finding, finding_order, tie
 from storelib.formats.checkpoint import Checkpoint
 from storelib.formats.indexfile import IndexHeader
 from storelib.reports.plan import Plan, Step
@@ -232,7 +232,7 @@ def build_rebuild_report(
 
 
 def _rebuild_order(f: Finding) -> tuple[Any, ...]:
-    return (f.file, f.commitlog_offset or -1, f.queue_offset or -1, f.kind)
+    return (f.file, f.commitlog_offset or -1, f.queue_offset or -1, f.kind, *tie(f))
 
 
 @dataclasses.dataclass(frozen=True)
