@@ -107,6 +107,17 @@ def test_records_older_than_the_damage_are_not_taken_as_sound() -> None:
     assert len(s.offsets()) == 10 and resync.holes == [] and s.end.reason == END_BAD_MAGIC
 
 
+def test_one_older_header_in_the_damage_does_not_end_the_search() -> None:
+    """A record's header zeroed, the next one's store time flipped (no CRC covers it): the next is damage, not
+    what a truncation left behind, and every record after it is found (a hypothesis example of the round trip)."""
+    data, starts, _ = _segment()
+    data[starts[10] : starts[10] + 8] = bytes(8)
+    data[starts[11] + 58] ^= 0x01  # STORETIMESTAMP's third byte: 2^40 ms earlier
+    s, resync = _scan(data)
+    assert s.offsets() == [BASE + p for k, p in enumerate(starts) if k != 10 and k != 11]
+    assert [(h.start, h.end) for h in resync.holes] == [(BASE + starts[10], BASE + starts[12])]
+
+
 def test_damage_then_zeros_ends_as_before() -> None:
     data, starts, _ = _segment(30)
     data[starts[29] :] = bytes(len(data) - starts[29])

@@ -8,7 +8,8 @@ when all of these hold there:
   record's own commitlog offset into it), its TOTALSIZE is at least a record's minimum and frames inside the
   segment (and inside ``MAX_RECORD``), its fields add up to it, its BODYCRC matches its body, a ``__CRC32#``
   property (5.2+) where present matches its first TOTALSIZE - 20 bytes, and its STORETIMESTAMP is not before the
-  last sound record's before the damage (what a truncation left behind is older than what was written after it);
+  last sound record's before the damage (what a truncation left behind is older than what was written after it:
+  two such records one after the other end the search, ``left_behind``);
 - or it is the segment's end-of-file BLANK: the BLANK magic with TOTALSIZE exactly the bytes left.
 
 The search goes byte by byte (records are not aligned), vectorised: zeros passed over (holes jumped, not read:
@@ -62,6 +63,7 @@ MAX_RECORD = FIND_WINDOW
 #: messages of one hole listed by what is left of them; the others are counted
 MAX_LISTED = 1000
 _MAGICS = [struct.pack(">i", m) for m in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE)]
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _FIRST_BYTES = np.array(sorted({m[0] for m in _MAGICS}), dtype=np.uint8)
 _PHYS = 28  # PHYSICALOFFSET's position in a record
 _HEAD = 36  # bytes up to PHYSICALOFFSET's end
@@ -121,6 +123,19 @@ def _older(a: np.ndarray, q: int, last_store_timestamp: int) -> bool:
     """The record header at ``q`` holds a STORETIMESTAMP before ``last_store_timestamp``."""
     message = read_what_is_left(a[q:], 0, 0)
     return message.store_timestamp is not None and 0 <= message.store_timestamp < last_store_timestamp
+
+
+def left_behind(a: np.ndarray, q: int, last_store_timestamp: int) -> bool:
+    """The record header at ``q`` starts what a truncation left behind: it and the record its TOTALSIZE leads to
+    (whose header ``a`` holds, its PHYSICALOFFSET that far on) were both stored before ``last_store_timestamp``. One
+    older header alone is damage like any other (a store time flipped where no CRC looks)."""
+    total = _i32(a, q)
+    nxt = q + total
+    if total < MIN_RECORD_SIZE or nxt + _HEAD > len(a) or _i32(a, nxt + 4) not in _MESSAGE_MAGICS:
+        return False
+    if _i64(a, nxt + _PHYS) - _i64(a, q + _PHYS) != total:
+        return False
+    return _older(a, q, last_store_timestamp) and _older(a, nxt, last_store_timestamp)
 
 
 def candidates(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -241,7 +256,7 @@ class Resync:
             hi = len(buf) - 8 if buf_pos + len(buf) >= size else len(buf) - _HEAD + 1
             found, q, heads = self._search(sc, buf, buf_pos, q - buf_pos, hi)
             for h in heads:
-                if _older(buf, h, sc.last_store_timestamp):
+                if left_behind(buf, h, sc.last_store_timestamp):
                     return None  # what a truncation left behind, not damage: records older than the walk's last
                 if len(listed) < MAX_LISTED:
                     listed.append(read_what_is_left(buf[h:], 0, sc.base + buf_pos + h))
