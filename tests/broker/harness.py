@@ -395,8 +395,14 @@ class Running:
         Timers.java: "timers"; Consumers.java: "consumers"; Failover.java: "failover") against this broker."""
         cp = f"{workload_classes(self.version)}:{client_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
-        mains = {"served": ["Served"], "bench": ["Bench"], "timers": ["Timers"], "consumers": ["Consumers"]}
-        main = {**mains, "failover": ["Failover"]}.get(mode, ["Workload", mode])
+        own = {
+            "served": "Served",
+            "bench": "Bench",
+            "timers": "Timers",
+            "consumers": "Consumers",
+            "failover": "Failover",
+        }
+        main = [own[mode]] if mode in own else ["Workload", mode]
         return ["java", *JVM_OPTS, f"-Duser.home={self.run_dir}", "-cp", cp, *main, *addrs, *args]
 
     def run_workload(self, mode: str, *args: str, timeout: float) -> None:
