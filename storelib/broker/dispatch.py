@@ -174,9 +174,9 @@ _DISPATCHED_PROPERTIES = (
     PROPERTY_INNER_NUM,
     PROPERTY_INNER_BASE,
     PROPERTY_CRC32,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
 )
+#: what tells a consumer's copy and the topic it was first consumed from (``_lmq_units``)
+_COPY_PROPERTIES = (PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC)
 
 
 def dispatch_batch(batch: RecordBatch, cfg: BrokerConfig) -> Dispatch:
@@ -331,17 +331,24 @@ def _lmq_units(
     rows: list[tuple[int, str, int, int]] = []
     sources: list[tuple[str, str]] = []
     (ns, nl), (os_, ol) = values[PROPERTY_INNER_MULTI_DISPATCH], values[PROPERTY_INNER_MULTI_QUEUE_OFFSET]
-    copy, (rs, rl) = values[PROPERTY_ORIGIN_MESSAGE_ID][0] >= 0, values[PROPERTY_RETRY_TOPIC]
-    if cfg.multi_dispatch_to_files:
-        topics = batch.topic_names
-        for i in np.flatnonzero(dispatched & (ns >= 0) & (os_ >= 0)).tolist():
-            names, offsets = _text(batch.buf, ns[i], nl[i]), _text(batch.buf, os_[i], ol[i])
-            topic, queue_id = topics[batch.topic_code[i]], int(batch.queue_id[i])
-            if not copy[i]:
-                sources.append((topic, names))
-            elif rs[i] >= 0:
-                sources.append((_text(batch.buf, rs[i], rl[i]), names))
-            rows += [(i, *target) for target in lmq_targets(cfg, topic, queue_id, names, offsets)]
+    lmq = np.flatnonzero(dispatched & (ns >= 0) & (os_ >= 0)) if cfg.multi_dispatch_to_files else np.zeros(0, int)
+    copies = find_properties(  # read of the few LMQ records only, not in every record's pass
+        batch.buf,
+        batch.props_start[lmq],
+        batch.props_len[lmq],
+        _COPY_PROPERTIES,
+        cfg.rules.properties_split_pairs,
+    )
+    (cs, _), (rs, rl) = copies[PROPERTY_ORIGIN_MESSAGE_ID], copies[PROPERTY_RETRY_TOPIC]
+    topics = batch.topic_names
+    for k, i in enumerate(lmq.tolist()):
+        names, offsets = _text(batch.buf, ns[i], nl[i]), _text(batch.buf, os_[i], ol[i])
+        topic, queue_id = topics[batch.topic_code[i]], int(batch.queue_id[i])
+        if cs[k] < 0:
+            sources.append((topic, names))
+        elif rs[k] >= 0:
+            sources.append((_text(batch.buf, rs[k], rl[k]), names))
+        rows += [(i, *target) for target in lmq_targets(cfg, topic, queue_id, names, offsets)]
     units = LmqUnits(
         record=np.array([r[0] for r in rows], np.int64),
         queue=[r[1] for r in rows],
