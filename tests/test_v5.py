@@ -251,8 +251,14 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
     assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
     assert "no clue in the store" in rules.why
     assert rules.settle(RuleInputs()).settled
-    narrow = select("", StoreFacts(root_entries=frozenset({"rocksdbstore"})))  # 5.4.0 or later
-    assert narrow.settle(RuleInputs(tagged_index_records=1)).settled  # 5.4 and 5.5 write the same files
+    last = StoreFacts(root_entries=frozenset({"rocksdbstore"}))  # 5.4.0 or later ran last
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # an older one may have written them
+        select("", last).settle(RuleInputs(tagged_index_records=1))
+    keys = dataclasses.replace(last, tag_keys_checked=4, tag_keys_found=4)  # keys of a live IndexFile ...
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # ... from later records only
+        select("", keys).settle(RuleInputs(tagged_index_records=1))
+    covered = dataclasses.replace(keys, index_covers_start=True)  # ... from the first one on
+    assert select("", covered).settle(RuleInputs(tagged_index_records=1)).settled  # 5.4 and 5.5 write the same
     with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
         rules.settle(RuleInputs(tagged_index_records=3))
     assert e.value.choices == ["4.0.0", "5.4.0"]  # one release of each rule set that writes other files
@@ -264,6 +270,22 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
     assert "occupied slots, not every put, from 4.7.1 on" in str(e.value)
 
 
+def test_an_index_file_from_the_first_record_on_tells_how_its_slots_were_counted() -> None:
+    """5.2 or later ran last (the store root), its records end with 0x02 as 4.0 … 4.9.0's do: the first records may
+    be a 4.6 broker's, whose hashSlotCount counts every put, unless a live IndexFile from the first record on shows
+    it: no slot two keys share (every release writes it alike), or the count of a file where they share."""
+    facts = StoreFacts(props_records=3, props_ending_02=3, root_entries=frozenset({"timerlog"}))
+    inputs = RuleInputs(index_records=9)
+    with pytest.raises(AmbiguousRelease, match="hashSlotCount"):
+        select("", facts).settle(inputs)
+    covered = dataclasses.replace(facts, index_covers_start=True)
+    assert select("", covered).settle(inputs).settled
+    shared = dataclasses.replace(covered, index_slot_counts=(("f", 9, 10, 9),))  # counts occupied slots
+    assert select("", shared).settle(inputs).settled
+    with pytest.raises(AmbiguousRelease, match="hashSlotCount"):  # a later file's count tells of later records
+        select("", dataclasses.replace(shared, index_covers_start=False)).settle(inputs)
+
+
 def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
     assert detected(facts) == "5.2"
@@ -271,7 +293,8 @@ def test_clues_bound_the_releases() -> None:
     untold = [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates]
     assert untold == ["5.2", "5.3.1", "5.3.2", "5.4", "5.5"]
     assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.4"
-    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settle(RuleInputs(tagged_index_records=4)).settled
+    covered = dataclasses.replace(facts, tag_keys_found=4, index_covers_start=True)  # the live IndexFiles' keys
+    assert select("", covered).settle(RuleInputs(tagged_index_records=4)).settled  # from the first record on
     assert detected(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3)) == "5.0"
     below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: 4.9.1 up to 5.2
     assert [r.name for r in below.candidates] == ["4.9.1", "4.9.3", "5.0", "5.1.1", "5.1.2"]
@@ -577,7 +600,11 @@ def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> Non
     assert "from commitlog offset 0: broker rules 4.9.3" in rules.line
     assert "from commitlog offset 5,000: broker rules 5.5" in rules.line
     first = first.settle(RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 2), ("TopicOrders", 9))))
-    assert first.settled and rules.settle(RuleInputs(tagged_index_records=4)).settled
+    assert first.settled
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # 5.2 … 5.4 may have written them first
+        rules.settle(RuleInputs(tagged_index_records=4))
+    keys = dataclasses.replace(facts, tag_keys_checked=4, tag_keys_found=4, index_covers_start=True)
+    assert select_stretches("", keys, stretches).settle(RuleInputs(tagged_index_records=4)).settled
     assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
     with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
         select_stretches("", facts, stretches[1:])

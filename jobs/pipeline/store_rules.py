@@ -446,6 +446,7 @@ def store_facts(
             tagged += index.tagged(b, d)[: TAG_KEY_SAMPLE - len(tagged)]
     held = [h for offset, keys in tagged if (h := index.holds_tag_key(offset, *keys)) is not None]
     live = [(p, h) for p, h in zip(index.paths, headers) if since is None or h.end_phy_offset >= since]
+    first = since if since is not None else segments[0].start if segments else 0
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
         consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
@@ -457,6 +458,7 @@ def store_facts(
         rocksdb_config=cfg.storeType == "defaultRocksDB",
         lmq_sources=tuple(sorted(lmq_sources)),
         index_slot_counts=_slot_counts(fs, [p for p, _ in live], [h for _, h in live], cfg),
+        index_covers_start=bool(live) and live[0][1].begin_phy_offset <= first,
     )
 
 

@@ -47,14 +47,16 @@ class RuleInputs:
         return cls(**{**d, "lmq_sources": sources})
 
 
-def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
-    """Why rule sets ``a`` and ``b`` write different files for a store with ``inputs``."""
+def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs, alike: frozenset[str] = frozenset()) -> list[str]:
+    """Why rule sets ``a`` and ``b`` write different files for a store with ``inputs`` (``alike``: fields the live
+    files show every row writes alike for it, storelib.broker.detection.Releases)."""
     out = []
     later = version_text(max(a.first, b.first))
     since = f"from {later} on"
     if a.index_tag_keys != b.index_tag_keys and inputs.tagged_index_records:
         out.append(f"{inputs.tagged_index_records:,} tagged message(s) get a topic#T#<TAGS> IndexFile key {since}")
-    if a.hash_slot_every_put != b.hash_slot_every_put and inputs.index_records:
+    slots = a.hash_slot_every_put != b.hash_slot_every_put and "hash_slot_every_put" not in alike
+    if slots and inputs.index_records:
         out.append(f"the IndexFile header's hashSlotCount counts occupied slots, not every put, {since}")
     if a.properties_split_pairs != b.properties_split_pairs and inputs.split_pair_records:
         n = inputs.split_pair_records
@@ -118,24 +120,26 @@ class BrokerRules:
         if self.settled:
             return self
         assert self.releases is not None
-        writers, because = lmq_writers(self.releases, inputs)
+        scope = self.releases.widened
+        writers, because = lmq_writers(scope, inputs)
         if not writers:
             raise ConfigError(
                 f"the store's records contradict its clues for {self.covers} ({self.why}; {because}). Nothing was "
                 "written: give the release with --broker-version X.Y.Z"
             )
         rules = self.rules
-        chain = [rules, *(r for r in writers if r is not rules)]  # each difference said once, where it changes
-        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs)))
+        chain = list(writers) if rules in writers else [rules, *writers]  # each difference said once, where it changes
+        alike = scope.alike
+        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs, alike)))
         classes: list[RuleSet] = []  # one row of each set of writers that write the same files
         for r in writers:
-            if all(differences(c, r, inputs) for c in classes):
+            if all(differences(c, r, inputs, alike) for c in classes):
                 classes.append(r)
-        choices = [version_text(self.releases.lowest_of(r)) or "" for r in classes]
+        choices = [version_text(scope.lowest_of(r)) or "" for r in classes]
         if diffs:
             raise AmbiguousRelease(
                 f"the store cannot tell which broker release wrote it: for {self.covers} its clues allow "
-                f"{self.releases.text} ({self.why}{'; ' + because if because else ''}), and those releases write "
+                f"{self._allowed_text} ({self.why}{'; ' + because if because else ''}), and those releases write "
                 f"different files for this store: {'; '.join(diffs)}. Nothing was written: give the release with "
                 "--broker-version X.Y.Z",
                 choices,
@@ -150,6 +154,20 @@ class BrokerRules:
         why = self.why + (f"; {because}" if because else "")
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
         return dataclasses.replace(self, settled=True, why=why)
+
+    @property
+    def _allowed_text(self) -> str:
+        """The releases that may have written the range, and, when its first records' clues allow more than the
+        last release's, why."""
+        assert self.releases is not None
+        scope = self.releases.widened
+        if scope is self.releases:
+            return self.releases.text
+        return (
+            f"{self.releases.text} for the release that ran last but {scope.text} for its first records (nothing "
+            "left in the store tells whether an older release wrote them before an in-place upgrade: give the "
+            "release only if that one wrote all of it)"
+        )
 
     @property
     def lowest_release(self) -> str:
@@ -265,5 +283,5 @@ def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, versio
     cands = found.candidates
     writers = [r for r in cands if all(r.lmq_offsets_given(t) for t in facts.lmq_sources)] or list(cands)
     rules = ([r for r in writers if r.verified] or writers)[0]
-    settled = len(cands) == 1 and rules.verified
+    settled = len(found.widened.candidates) == 1 and rules.verified
     return BrokerRules(rules, source, why, found, settled=settled, version=version)
