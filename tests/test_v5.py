@@ -286,6 +286,20 @@ def test_an_index_file_from_the_first_record_on_tells_how_its_slots_were_counted
         select("", dataclasses.replace(shared, index_covers_start=False)).settle(inputs)
 
 
+def test_batch_queues_without_a_consumequeue_of_their_topic_were_written_by_releases_that_have_them() -> None:
+    """5.0.0 or later ran last (config/); records end without 0x02 as 4.9.1 … 5.1.x's do: a 4.9.x broker before an
+    upgrade would have put a BatchCQ topic's records into consumequeue/<topic>, which the live files lack."""
+    facts = StoreFacts(props_records=3, config_entries=frozenset({"timercheck"}))
+    inputs = RuleInputs(batch_cq_records=5)
+    with pytest.raises(AmbiguousRelease, match="BatchCQ"):
+        select("", facts).settle(inputs)
+    live = dataclasses.replace(facts, consumequeue_entries=frozenset({"TopicA"}), batch_queue_topics=frozenset({"B"}))
+    assert select("", live).settle(inputs).settled
+    both = dataclasses.replace(live, consumequeue_entries=frozenset({"TopicA", "B"}))
+    with pytest.raises(AmbiguousRelease, match="BatchCQ"):
+        select("", both).settle(inputs)
+
+
 def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
     assert detected(facts) == "5.2"

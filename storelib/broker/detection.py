@@ -91,6 +91,7 @@ class StoreFacts:
 
     root_entries: frozenset[str] = frozenset()
     consumequeue_entries: frozenset[str] = frozenset()  # of consumequeue/ and consumequeue_rocksdb/
+    batch_queue_topics: frozenset[str] = frozenset()  # entries of batchconsumequeue/
     checkpoint: bytes = b""
     v2_records: int = 0  # sampled records with MESSAGE_MAGIC_CODE_V2
     props_records: int = 0  # sampled records with a broker-encoded properties string (broker_encoded)
@@ -348,8 +349,8 @@ class Releases:
     #: the store root, the checkpoint, a sampled record) says nothing of what an older one wrote before an
     #: in-place upgrade, which leaves no other trace where the records of both read alike.
     any_part: tuple[Span, ...] | None = None
-    #: RuleSet fields the live files show every row writes alike for this store (``hash_slot_every_put``: no live
-    #: IndexFile from the first record on has a slot two keys share, so every put occupies its own)
+    #: RuleSet fields in which the rows allowed write nothing different for this store, as its live files show
+    #: (``alike``)
     alike: frozenset[str] = frozenset()
 
     @classmethod
@@ -424,8 +425,21 @@ def releases(f: StoreFacts) -> Releases:
     for c in found:
         if c.reaches_back and not c.weak:
             back = intersect(back, c.spans)
-    alike = frozenset({"hash_slot_every_put"} if f.index_covers_start and not f.index_slot_counts else ())
-    return Releases(spans, found, tuple(aside), back, alike)  # every strong clue narrows spans: inside back
+    return Releases(spans, found, tuple(aside), back, alike(f))  # every strong clue narrows spans: inside back
+
+
+def alike(f: StoreFacts) -> frozenset[str]:
+    """RuleSet fields whose rows write alike for this store, as its live files show. ``hash_slot_every_put``: no
+    live IndexFile from the first record on has a slot two keys share, so every put occupies its own.
+    ``batch_cq``: every topic of batchconsumequeue/ lacks a consumequeue/ directory (a release before 5.0.0 puts
+    a BatchCQ topic's records there), so every release that wrote its records wrote them to batchconsumequeue/."""
+    out = set()
+    if f.index_covers_start and not f.index_slot_counts:
+        out.add("hash_slot_every_put")
+    files = f.consumequeue_entries and not is_rocksdb(f.consumequeue_entries)
+    if files and f.batch_queue_topics and not f.batch_queue_topics & f.consumequeue_entries:
+        out.add("batch_cq")
+    return frozenset(out)
 
 
 def tag_key_spans(found: bool) -> tuple[Span, ...]:

@@ -61,7 +61,7 @@ def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs, alike: frozenset[str
     if a.properties_split_pairs != b.properties_split_pairs and inputs.split_pair_records:
         n = inputs.split_pair_records
         out.append(f"{n:,} record(s) hold a property whose value has 0x01 (a pair split in three: none before {later})")
-    if a.batch_cq != b.batch_cq and inputs.batch_cq_records:
+    if a.batch_cq != b.batch_cq and "batch_cq" not in alike and inputs.batch_cq_records:
         out.append(f"{inputs.batch_cq_records:,} record(s) of BatchCQ topics go to batchconsumequeue/ {since}")
     moved = [t for t, _ in inputs.lmq_sources if a.lmq_source_allowed(t) != b.lmq_source_allowed(t)]
     if moved:
