@@ -14,10 +14,13 @@ says so when ``--broker-version`` asks for it.
 - 4.7.1: hashSlotCount counts occupied slots only. 4.9.1: pairs split at the first 0x01.
 - 4.9.3: LMQ: every INNER_MULTI_DISPATCH name gets an offset and no source topic is excluded (the
   SCHEDULE_TOPIC_XXXX copy of a delayed LMQ message is dispatched to the LMQ queues too).
-- 5.0: BatchConsumeQueue for ``queue.type=BatchCQ`` topics; LMQ offsets only for ``%LMQ%`` names.
+- 5.0: BatchConsumeQueue for ``queue.type=BatchCQ`` topics; LMQ offsets only for ``%LMQ%`` names, assigned under the
+  source queue's lock only (racing appends repeat or skip them): LMQ units go at the queue's write position.
 - 5.1.1: LMQ skips ``%RETRY%*`` source topics. 5.1.2: also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX, and
   names holding a path separator.
-- 5.2: LMQ skips every ``rmq_sys_*`` source topic; properties end with 0x02; optional ``__CRC32#``.
+- 5.2: LMQ skips every ``rmq_sys_*`` source topic, whose appends still get offsets; properties end with 0x02; optional
+  ``__CRC32#``.
+- 5.3.1: appends give no LMQ offset to copies dispatch skips (and from 5.2.0 none race): LMQ units at their offsets.
 - 5.4: a third index key ``topic#T#<TAGS>`` after the KEYS tokens.
 """
 
