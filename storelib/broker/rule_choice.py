@@ -42,11 +42,7 @@ class RuleInputs:
         """These inputs, then ``other``'s (the commitlog after them)."""
         sources = collections.Counter(dict(self.lmq_sources))
         sources.update(dict(other.lmq_sources))
-        ends = {q: (first, last) for q, first, last in self.lmq_ends}
-        steps = self.lmq_out_of_step + other.lmq_out_of_step
-        for q, first, last in other.lmq_ends:
-            steps += q in ends and first != ends[q][1] + 1
-            ends[q] = (ends[q][0] if q in ends else first, last)
+        steps, ends = self._lmq_seams(other)
         unknown = self.lmq_ends_unknown or other.lmq_ends_unknown or len(ends) > LMQ_ENDS_KEPT
         return RuleInputs(
             self.tagged_index_records + other.tagged_index_records,
@@ -57,9 +53,21 @@ class RuleInputs:
             self.index_records + other.index_records,
             self.split_pair_records + other.split_pair_records,
             steps,
-            () if unknown else tuple((q, *ends[q]) for q in sorted(ends)),
+            () if unknown else ends,
             unknown,
         )
+
+    def _lmq_seams(self, other: RuleInputs) -> tuple[int, tuple[tuple[str, int, int], ...]]:
+        """The LMQ units out of step in both, and where ``other``'s queues do not go on from these' last offsets;
+        the queues' ends over both."""
+        steps = self.lmq_out_of_step + other.lmq_out_of_step
+        if not self.lmq_ends or not other.lmq_ends:
+            return steps, self.lmq_ends or other.lmq_ends
+        ends = {q: (first, last) for q, first, last in self.lmq_ends}
+        for q, first, last in other.lmq_ends:
+            steps += q in ends and first != ends[q][1] + 1
+            ends[q] = (ends[q][0] if q in ends else first, last)
+        return steps, tuple((q, *ends[q]) for q in sorted(ends))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RuleInputs:  # a JSON object
