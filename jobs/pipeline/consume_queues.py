@@ -1,5 +1,6 @@
-"""The ConsumeQueue stage on the driver: the parse's runs shuffled by queue, ordered by queue offset, each queue
-streamed into its files by one writer task (udfs.write.consume_queue_writer), in the same Spark job as the parse.
+"""The ConsumeQueue stage on the driver: the parse's runs shuffled by queue, in each queue's order (QUEUE_ORDER),
+each queue streamed into its files by one writer task (udfs.write.consume_queue_writer), in the same Spark job as the
+parse.
 """
 
 from __future__ import annotations
