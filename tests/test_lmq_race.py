@@ -10,6 +10,7 @@ written) naming the writer's row among the choices. The oracle reads the records
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,20 @@ def writes_the_brokers_files(spark, store: Path, version: str, out: Path) -> boo
     except AssertionError:
         return False
     return True
+
+
+@pytest.mark.broker
+def test_a_hole_in_a_queue_written_at_the_write_position_is_still_reported(spark, tmp_path: Path) -> None:
+    """The broker's out-of-step LMQ queue is clean (above); a unit zeroed in it is damage the audit names."""
+    store = harness_store(ALWAYS, "lmq-race")
+    shutil.copytree(store / "store", tmp_path / "store", ignore=shutil.ignore_patterns("lock"))
+    first = sorted((tmp_path / "store" / "consumequeue" / "%LMQ%race-0" / "0").iterdir())[0]
+    with open(first, "r+b") as f:
+        f.seek(50 * 20)
+        f.write(bytes(20))
+    cfg = dataclasses.replace(load_broker_config(store / "broker.conf"), brokerVersion=ALWAYS)
+    run = rebuild(Run(spark, cfg), str(tmp_path / "store"), str(tmp_path / "out")).run
+    result = audit(run, str(tmp_path / "store"), str(tmp_path / "out"), None)
+    assert [(f.kind, f.file) for f in result.findings] == [
+        ("cq-zeroed-entries", "consumequeue/%LMQ%race-0/0/00000000000000000000")
+    ]
