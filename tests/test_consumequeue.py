@@ -237,3 +237,20 @@ def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) ->
 
 
 # --- names that become paths -----------------------------------------------------------------------
+
+
+def test_at_the_write_position_a_unit_below_it_is_skipped_and_one_past_it_written_there() -> None:
+    """Runs in commitlog order, as the 5.1.1 broker's racing LMQ offsets come (tests/test_lmq_race.py): a repeat
+    below the write position is skipped, a unit past it is written there (the skipped offset is not a hole), and a
+    repeat that is no longer below it (after a skip) is written; the first unit stays at its own offset."""
+    q = QueueFiles(100, at_write_position=True)
+    runs = [(3, "ABC"), (5, "D"), (7, "EF"), (8, "G"), (7, "HI"), (8, "JKL")]
+    named = {c: unit(1000 + i, 10, i) for i, c in enumerate("ABCDEFGHIJKL")}
+    files = [f for first, cs in runs for f in q.add_run(first, b"".join(named[c] for c in cs))]
+    files += q.finish()
+    assert files == [
+        ("00000000000000000000", PRE_BLANK * 3 + named["A"] + named["B"]),
+        ("00000000000000000100", b"".join(named[c] for c in "CEFGK")),
+        ("00000000000000000200", named["L"] + bytes(80)),
+    ]
+    assert (q.entries, q.min_offset, q.next_offset, q.findings) == (8, 3, 11, [])

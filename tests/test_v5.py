@@ -23,7 +23,7 @@ from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.broker.detection import Clue, Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.broker.rule_choice import RuleInputs, differences, lmq_writers, select, select_stretches
+from storelib.broker.rule_choice import LMQ_ENDS_KEPT, RuleInputs, differences, lmq_writers, select, select_stretches
 from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
@@ -342,6 +342,15 @@ def test_a_given_release_wins_and_is_settled() -> None:
         (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("4.9.1", "4.9.3"), ("5.1.1", "5.1.2")}),
         (RuleInputs(lmq_sources=(("TopicOrders", 2),)), {("4.9.1", "4.9.3")}),  # LMQ from 4.9.3 on
         (RuleInputs(lmq_unprefixed_names=1), set()),  # no record multi-dispatched: the names are never read
+        # LMQ units out of step: written at the write position by the rows 5.0 … 5.2 only
+        (
+            RuleInputs(lmq_sources=(("T", 1),), lmq_out_of_step=1),
+            {("4.9.1", "4.9.3"), ("4.9.3", "5.0"), ("5.2", "5.3.1")},
+        ),
+        (
+            RuleInputs(lmq_sources=(("T", 1),), lmq_ends_unknown=True),
+            {("4.9.1", "4.9.3"), ("4.9.3", "5.0"), ("5.2", "5.3.1")},
+        ),
     ],
 )
 def test_what_makes_two_rule_sets_differ_for_a_store(inputs: RuleInputs, differ: set[tuple[str, str]]) -> None:
@@ -354,6 +363,20 @@ def test_rule_inputs_add_up_and_survive_json() -> None:
     b = RuleInputs(10, 0, (("B", 1),), 0, 1)
     assert a + b == RuleInputs(11, 2, (("A", 1), ("B", 3)), 3, 5)
     assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(a)))) == a
+
+
+def test_lmq_steps_add_up_in_commitlog_order() -> None:
+    """A queue's units keep step within a part and between parts (its last offset, then the next part's first); a
+    repeat, a skip or an earlier offset at the seam is one out of step."""
+    a = RuleInputs(lmq_out_of_step=1, lmq_ends=(("%LMQ%a", 0, 9), ("%LMQ%b", 5, 6)))
+    b = RuleInputs(lmq_ends=(("%LMQ%a", 10, 20), ("%LMQ%c", 3, 3)))
+    c = RuleInputs(lmq_ends=(("%LMQ%a", 20, 21), ("%LMQ%b", 8, 9)))
+    total = a + b + c
+    assert total.lmq_out_of_step == 3  # a's own, a's repeat of 20, b's skip of 7
+    assert total.lmq_ends == (("%LMQ%a", 0, 21), ("%LMQ%b", 5, 9), ("%LMQ%c", 3, 3))
+    assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(total)))) == total
+    many = RuleInputs(lmq_ends=tuple((f"%LMQ%{n}", 0, 0) for n in range(LMQ_ENDS_KEPT + 1)))
+    assert (RuleInputs() + many).lmq_ends_unknown and (RuleInputs() + many).lmq_ends == ()
 
 
 def test_contradicting_clues_are_refused() -> None:

@@ -36,7 +36,9 @@ class _QueueWriter:
         self.unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
         self.dense = cfg.dense_queue_offsets(topic)
         self.files = (
-            BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
+            BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue)
+            if self.batch
+            else QueueFiles(cfg.cq_file_size, at_write_position=cfg.at_write_position(topic))
         )
         self.names: list[str] = []
         self.refused: Finding | None = None
@@ -118,7 +120,7 @@ class _PieceFiles:
 
 
 def consume_queue_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap:
-    """``mapInArrow`` over runs sorted by (topic, queue_id, queue_offset): write every queue's files.
+    """``mapInArrow`` over runs sorted by jobs.pipeline.consume_queues.QUEUE_ORDER: write every queue's files.
 
     Input columns: topic, queue_id, queue_offset (of a run's first unit), count, and where its units are: piece,
     units_at (udfs.parse.PieceUnits). Output: one QUEUE_SUMMARY_SCHEMA row per queue.

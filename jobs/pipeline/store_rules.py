@@ -390,7 +390,7 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
     them."""
     rules = run.broker_rules[store]
     if not rules.settled_all:
-        summaries = list(summaries)
+        summaries = sorted(summaries, key=lambda s: s.segment)  # commitlog order: RuleInputs add up in it
         if rules.earlier:  # by stretch; a summary without stretch inputs lies in the first stretch
             parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
             inputs = dict(parts)
