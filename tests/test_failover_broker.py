@@ -1,16 +1,22 @@
-"""``rmqstore diff`` judged by a real master/slave pair (tests/broker/harness.py, variant ``failover``, 5.5.0): the
-slave lagged (paused), the master was killed -9 in the middle of the sends; the diff of the old master's store
-against the slave's must name exactly the messages the slave lacks, checked against what the producer was told
-(sent.jsonl, Failover.java) and against what each store holds (tests.reference's own walk of the commitlog)."""
+"""``rmqstore diff`` and ``rmqstore replay`` judged by a real master/slave pair (tests/broker/harness.py, variant
+``failover``, 5.5.0): the slave lagged (paused), the master was killed -9 in the middle of the sends; the diff of the
+old master's store against the slave's must name exactly the messages the slave lacks, checked against what the
+producer was told (sent.jsonl, Failover.java) and against what each store holds (tests.reference's own walk of the
+commitlog); replaying them into the slave promoted (a broker started on a copy of its store as the master) must
+leave each there exactly once, with its original UNIQ_KEY and body, and a second replay must send nothing."""
 
 from __future__ import annotations
 
+import collections
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from storelib.broker.config import read_properties
+from tests.broker.harness import running_broker
 from tests.reference import parse_message_properties, walk_commitlog
 from tests.storecopy import rmqstore_main
 
@@ -22,8 +28,18 @@ def messages(store: Path) -> dict[tuple[str, str], bytes]:
     return {(r.topic, r.properties["UNIQ_KEY"]): r.body for r in walk_commitlog(store / "commitlog")}
 
 
-def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(broker_store, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def diffed(broker_store, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The pair, and the diff of the old master's store against the slave's: (exit code, report dir, --out dir)."""
     pair = broker_store("5.5.0", "failover")
+    tmp = tmp_path_factory.mktemp("diff")
+    report, out = tmp / "report", tmp / "missing"
+    argv = ["diff", str(pair.root), str(pair.slave_root), "--report", str(report), "--out", str(out)]
+    return pair, rmqstore_main([*argv, "--broker-config", str(pair.broker_conf)]), report, out
+
+
+def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(diffed) -> None:  # type: ignore[no-untyped-def]
+    pair, code, report, out = diffed
     master, slave = messages(pair.root), messages(pair.slave_root)
     told = {(s["topic"], s["uniqKey"]): s["status"] for s in pair.sent}
     acked = {k for k, status in told.items() if status == "SEND_OK"}
@@ -35,9 +51,7 @@ def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(broker_sto
     lacking = acked - slave.keys()
     assert lacking and slave.keys() & acked  # the slave replicated a part, and lagged
 
-    report, out = tmp_path / "report", tmp_path / "missing"
-    argv = ["diff", str(pair.root), str(pair.slave_root), "--report", str(report), "--out", str(out)]
-    assert rmqstore_main([*argv, "--broker-config", str(pair.broker_conf)]) == 1
+    assert code == 1
     named = {(r["topic"], r["uniq_key"]): r for r in pq.read_table(out).to_pylist()}
     assert named.keys() == master.keys() - slave.keys()
     assert named.keys() & acked == lacking
@@ -49,3 +63,41 @@ def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(broker_sto
     assert counts["missing"] == [len(named), 0]
     assert counts["records"] == [len(master), len(slave)]
     assert counts["queue_offset"] == [0, 0]
+
+
+def test_replay_into_the_promoted_slave_leaves_each_message_once(diffed, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pair, _, _, out = diffed
+    missing = messages(pair.root).keys() - messages(pair.slave_root).keys()
+    acked = {(s["topic"], s["uniqKey"]) for s in pair.sent if s["status"] == "SEND_OK"}
+    capsys.readouterr()
+    assert rmqstore_main(["replay", str(out)]) == 0
+    assert f"{len(missing):,} message(s) would be sent" in capsys.readouterr().out  # a dry run: no cluster named
+
+    promoted = tmp_path / "promoted"
+    shutil.copytree(pair.slave_root, promoted / "store")
+    settings = read_properties(pair.broker_conf)  # brokerId 0, a master: the slave promoted on its own store
+    with running_broker("5.5.0", promoted, settings) as broker:
+        argv = ["replay", str(out), "--apply", "-n", broker.namesrv_addr, "--rate", "500"]
+        results = []
+        for journal in ("journal", "journal", "fresh-journal"):  # the second from the journal, the third asks
+            assert rmqstore_main([*argv, "--journal", str(tmp_path / journal)]) == 0
+            results.append(capsys.readouterr().out.splitlines()[0])
+    n = len(missing)
+    assert results == [
+        f"replay: {n:,} sent, 0 skipped as already present, 0 failed",
+        f"replay: 0 sent, {n:,} skipped as already present, 0 failed",
+        f"replay: 0 sent, {n:,} skipped as already present, 0 failed",
+    ]
+    held = collections.Counter(
+        (r.topic, r.properties["UNIQ_KEY"]) for r in walk_commitlog(promoted / "store" / "commitlog")
+    )
+    assert all(held[k] == 1 for k in acked | missing)  # each acknowledged message once, by its original UNIQ_KEY
+    master = messages(pair.root)
+    replayed = {
+        (r.topic, r.properties["UNIQ_KEY"]): r for r in walk_commitlog(promoted / "store" / "commitlog")
+        if (r.topic, r.properties["UNIQ_KEY"]) in missing
+    }
+    for key, r in replayed.items():
+        assert r.body == master[key]
+    journal = [json.loads(line) for line in (tmp_path / "journal").read_text().splitlines()]
+    assert [e["result"] for e in journal] == ["sent"] * n
