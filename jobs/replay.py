@@ -20,11 +20,18 @@ import datetime as dt
 import os
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from jobs.pipeline.replay_source import read_records
-from jobs.runtime.replay_client import DEFAULT_CLIENT, FAILED, PRESENT, Connection, ReplayClient, wait_interval
+from jobs.runtime.replay_client import (
+    DEFAULT_CLIENT,
+    FAILED,
+    PRESENT,
+    Answer,
+    Connection,
+    ReplayClient,
+    wait_interval,
+)
 from storelib.broker.config import load_broker_config
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from storelib.replay import journal as jr
@@ -75,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
     outcomes = list(plan(read_records(args.source, selection, cfg), selection, cfg.delay_levels_ms, now))
     tally = Tally(not_sent=collections.Counter(o.reason for o in outcomes if isinstance(o, Skip)))
     sends = [o for o in outcomes if isinstance(o, Send)]
+    t0 = time.monotonic()
     if args.apply:
         _apply(args, sends, tally)
     else:
-        _dry_run(sends)
-    print(summary(args, tally, len(sends)))
+        _dry_run(sends, args.journal)
+    print(summary(args, tally, len(sends), time.monotonic() - t0))
     return EXIT_FINDINGS if tally.failed else EXIT_OK
 
 
@@ -101,30 +109,40 @@ def _connection(args: argparse.Namespace) -> Connection:
     return Connection(args.namesrv, args.access_key, secret, args.tls or bool(args.tls_config), args.tls_config)
 
 
-def _apply(args: argparse.Namespace, sends: Iterable[Send], tally: Tally) -> None:
+def _apply(args: argparse.Namespace, sends: list[Send], tally: Tally) -> None:
+    """Each send the journal does not name, through the client; each answer journaled before the next send."""
+    connection = _connection(args)
     journal = jr.Journal(Path(args.journal))
     todo = [s for s in sends if s.journal_key not in journal.done]
-    tally.present += sum(1 for s in sends if s.journal_key in journal.done)
+    tally.present += len(sends) - len(todo)
+    if not todo:
+        return  # the journal names every message: no client started
     last = 0.0
     try:
-        with ReplayClient(_connection(args), args.client_version) as client:
+        with ReplayClient(connection, args.client_version) as client:
             for send in todo:
                 time.sleep(wait_interval(args.rate, last))
                 last = time.monotonic()
-                answer = client.send(send)
-                if answer.result == FAILED:
-                    tally.failed += 1
-                    print(f"  failed: {send.topic} {send.uniq_key}: {' '.join(answer.fields)}", file=sys.stderr)
-                    continue
-                result = jr.PRESENT if answer.result == PRESENT else jr.SENT
-                journal.record(jr.Entry(send.journal_key, result, answer.fields[1]))
-                tally.present += result == jr.PRESENT
-                tally.sent += result == jr.SENT
+                _answered(send, client.send(send), journal, tally)
     finally:
         journal.close()
 
 
-def _dry_run(sends: list[Send]) -> None:
+def _answered(send: Send, answer: Answer, journal: jr.Journal, tally: Tally) -> None:
+    if answer.result == FAILED:
+        tally.failed += 1
+        print(f"  failed: {send.topic} UNIQ_KEY={send.uniq_key}: {' '.join(answer.fields)}", file=sys.stderr)
+        return
+    result = jr.PRESENT if answer.result == PRESENT else jr.SENT
+    journal.record(jr.Entry(send.journal_key, result, answer.fields[1]))
+    tally.present += result == jr.PRESENT
+    tally.sent += result == jr.SENT
+
+
+def _dry_run(sends: list[Send], journal: str | None) -> None:
+    done = jr.Journal(Path(journal)).done if journal and Path(journal).exists() else set()
+    if done:
+        print(f"  {sum(1 for s in sends if s.journal_key in done):,} of them already in the journal {journal}")
     for s in sends[:CONSOLE_MESSAGES]:
         r = s.record
         due = f", due {_time(s.deliver_ms)} (TIMER_DELIVER_MS)" if s.deliver_ms is not None else ""
@@ -134,11 +152,12 @@ def _dry_run(sends: list[Send]) -> None:
         print(f"  ... and {len(sends) - CONSOLE_MESSAGES:,} more")
 
 
-def summary(args: argparse.Namespace, tally: Tally, sends: int) -> str:
+def summary(args: argparse.Namespace, tally: Tally, sends: int, seconds: float) -> str:
     """The result: sent, skipped as already present, failed (or, in a dry run, what would be sent), and the records
     not sent, by reason."""
     if args.apply:
         head = f"replay: {tally.sent:,} sent, {tally.present:,} skipped as already present, {tally.failed:,} failed"
+        head += f" ({seconds:.1f} s)"
     else:
         head = f"replay (dry run, nothing sent; --apply sends): {sends:,} message(s) would be sent"
     lines = [head, *(f"  not sent: {n:,} {reason}" for reason, n in sorted(tally.not_sent.items()))]

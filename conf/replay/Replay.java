@@ -65,6 +65,7 @@ public class Replay {
             }
         }
         producer.shutdown();
+        System.exit(0); // the client's own threads would keep the JVM
     }
 
     static String replay(DefaultMQProducer producer, String[] f) throws Exception {

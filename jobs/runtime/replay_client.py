@@ -157,6 +157,8 @@ class ReplayClient:
                 self._proc.wait(timeout=10)
         if self._log is not None:
             self._log.close()
+            if not exc[0] and self._proc is not None and self._proc.returncode == 0:
+                Path(self._log.name).unlink()  # kept when something went wrong
 
 
 def _b64(data: bytes) -> str:

@@ -43,6 +43,7 @@ from storelib.errors import BadInput
 from storelib.formats.commitlog import format_properties, parse_properties
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 #: what the broker or the client writes into a record, never the producer's: dropped before a send
@@ -76,7 +77,9 @@ ADDED_ON_THE_WAY = frozenset(
 #: why a record is not sent (Skip.reason)
 HALF_COMMITTED = "a transaction's half: its commit is sent"
 HALF_UNCOMMITTED = "a transaction's half without its commit in the input: not sent (the producer's check decides)"
+HALF_ROLLED_BACK = "a transaction's half, rolled back (its op record and no commit in the input)"
 BROKER_RECORD = "the broker's own record"
+PREPARED_OR_ROLLED_BACK = "a transaction's prepared or rolled-back record (pre-4.3 transactions)"
 CONSUMER_COPY = "a consumer group's retry or dead-letter copy"
 IN_TOPIC = "a pending delay or timer whose delivered record is in the input"
 SAME_MESSAGE = "another record of the same message is sent"
@@ -89,6 +92,7 @@ class Record:
     store: str
     topic: str
     queue_id: int
+    queue_offset: int
     commitlog_offset: int
     properties: str  # as stored: name \x01 value \x02 ...
     body: bytes
@@ -187,13 +191,14 @@ def plan(
     """Each record that passes ``selection``, in commitlog order, as a Send or a Skip saying why."""
     ordered = sorted(records, key=lambda r: (r.store, r.commitlog_offset))
     in_topics = {(r.topic, u) for r in ordered if _is_user_topic(r.topic) and (u := _uniq(r))}
+    rolled_back = _rolled_back(ordered)
     sent: set[str] = set()
     for record in ordered:
         props = record.property_map()
-        topic = props.get(PROPERTY_REAL_TOPIC, record.topic) if _is_waiting(record.topic) else record.topic
+        topic = props.get(PROPERTY_REAL_TOPIC, record.topic) if _has_real_topic(record.topic) else record.topic
         if not selection.passes(record, topic):
             continue
-        outcome = _outcome(record, props, topic, in_topics, delay_levels_ms, now_ms)
+        outcome = _outcome(record, props, topic, (in_topics, rolled_back), delay_levels_ms, now_ms)
         if isinstance(outcome, Send) and outcome.journal_key in sent:
             outcome = Skip(record, SAME_MESSAGE)
         elif isinstance(outcome, Send):
@@ -205,19 +210,22 @@ def _outcome(
     record: Record,
     props: dict[str, str],
     topic: str,
-    in_topics: set[tuple[str, str]],
+    known: tuple[set[tuple[str, str]], set[tuple[str, str]]],
     delay_levels_ms: Sequence[int],
     now_ms: int,
 ) -> Send | Skip:
     uniq = props.get(PROPERTY_UNIQ_KEY)
+    in_topics, rolled_back = known
     if record.topic == TRANS_HALF_TOPIC:
-        return Skip(record, HALF_COMMITTED if (topic, uniq) in in_topics else HALF_UNCOMMITTED)
-    if record.topic.startswith(("%RETRY%", "%DLQ%")):
+        if uniq is not None and (topic, uniq) in in_topics:
+            return Skip(record, HALF_COMMITTED)
+        return Skip(record, HALF_ROLLED_BACK if (record.store, uniq) in rolled_back else HALF_UNCOMMITTED)
+    if topic.startswith(("%RETRY%", "%DLQ%")):  # also a send-back waiting in SCHEDULE_TOPIC_XXXX
         return Skip(record, CONSUMER_COPY)
     if not _is_user_topic(record.topic) and not _is_waiting(record.topic):
         return Skip(record, BROKER_RECORD)
     if record.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-        return Skip(record, BROKER_RECORD)  # a prepared or rolled-back record outside the half topic
+        return Skip(record, PREPARED_OR_ROLLED_BACK)
     due = None
     if _is_waiting(record.topic):
         if (topic, uniq) in in_topics:
@@ -225,6 +233,24 @@ def _outcome(
         due = _due_ms(record, props, delay_levels_ms)
     kept = {k: v for k, v in props.items() if k not in ADDED_ON_THE_WAY}
     return Send(record, topic, kept, due if due is not None and due > now_ms else None)
+
+
+def _rolled_back(records: Iterable[Record]) -> set[tuple[str, str]]:
+    """(store, UNIQ_KEY) of the halves an op record resolved, each record of them: an op record's body is the
+    resolved half's queue offset in RMQ_SYS_TRANS_HALF_TOPIC, as text (several, comma-separated, when the broker
+    batched them: the 5.5.0 sample store). A half the check put again (TRANSACTION_CHECK_TIMES) is resolved only
+    when its last record is."""
+    resolved = set()
+    for r in records:
+        if r.topic == TRANS_OP_HALF_TOPIC:
+            words = r.body.decode("ascii", "replace").split(",")
+            resolved |= {(r.store, int(w)) for w in words if w.strip().isdigit()}
+    halves: dict[tuple[str, str], bool] = {}
+    for r in records:
+        if r.topic == TRANS_HALF_TOPIC and (uniq := _uniq(r)):
+            key = (r.store, uniq)
+            halves[key] = halves.get(key, True) and (r.store, r.queue_offset) in resolved
+    return {key for key, all_resolved in halves.items() if all_resolved}
 
 
 def _due_ms(record: Record, props: dict[str, str], delay_levels_ms: Sequence[int]) -> int:
@@ -245,6 +271,11 @@ def _uniq(record: Record) -> str | None:
 def _is_waiting(topic: str) -> bool:
     """A delay or timer the broker holds until it is due (its REAL_TOPIC is where it goes)."""
     return topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
+
+
+def _has_real_topic(topic: str) -> bool:
+    """A record the broker holds for REAL_TOPIC: a delay, a timer, a transaction's half."""
+    return _is_waiting(topic) or topic == TRANS_HALF_TOPIC
 
 
 def _is_user_topic(topic: str) -> bool:
