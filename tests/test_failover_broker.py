@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import shutil
+import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -65,7 +66,7 @@ def test_diff_names_exactly_the_acknowledged_messages_the_slave_lacks(diffed) ->
     assert counts["queue_offset"] == [0, 0]
 
 
-def test_replay_into_the_promoted_slave_leaves_each_message_once(diffed, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_replay_into_the_promoted_slave_leaves_each_message_once(diffed, v5_fixture, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     pair, _, _, out = diffed
     missing = messages(pair.root).keys() - messages(pair.slave_root).keys()
     acked = {(s["topic"], s["uniqKey"]) for s in pair.sent if s["status"] == "SEND_OK"}
@@ -82,11 +83,23 @@ def test_replay_into_the_promoted_slave_leaves_each_message_once(diffed, tmp_pat
         for journal in ("journal", "journal", "fresh-journal"):  # the second from the journal, the third asks
             assert rmqstore_main([*argv, "--journal", str(tmp_path / journal)]) == 0
             results.append(capsys.readouterr().out.splitlines()[0].rsplit(" (", 1)[0])  # less the seconds
+        # from a store: the 5.5.0 sample's committed transactions and client-compressed bodies (sysFlag 0x301)
+        sample = {
+            (r.topic, r.properties.get("UNIQ_KEY")): r for r in walk_commitlog(v5_fixture / "clean" / "commitlog")
+        }
+        commits = {k for k, r in sample.items() if r.sys_flag & 0xC == 0x8}
+        zipped = sorted(k for k, r in sample.items() if r.sys_flag & 0x1 and k[0] == "TopicOrders")[:3]
+        argv = ["replay", str(v5_fixture / "clean"), "--apply", "-n", broker.namesrv_addr]
+        for journal, only in (("tx", ["--topic", "TopicTx"]), ("zipped", [a for k in zipped for a in ("--key", k[1])])):
+            assert rmqstore_main([*argv, "--journal", str(tmp_path / journal), *only]) == 0
+            results.append(capsys.readouterr().out.splitlines()[0].rsplit(" (", 1)[0])
     n = len(missing)
     assert results == [
         f"replay: {n:,} sent, 0 skipped as already present, 0 failed",
         f"replay: 0 sent, {n:,} skipped as already present, 0 failed",
         f"replay: 0 sent, {n:,} skipped as already present, 0 failed",
+        f"replay: {len(commits)} sent, 0 skipped as already present, 0 failed",
+        "replay: 3 sent, 0 skipped as already present, 0 failed",
     ]
     held = collections.Counter(
         (r.topic, r.properties["UNIQ_KEY"]) for r in walk_commitlog(promoted / "store" / "commitlog")
@@ -100,5 +113,12 @@ def test_replay_into_the_promoted_slave_leaves_each_message_once(diffed, tmp_pat
     }
     for key, r in replayed.items():
         assert r.body == master[key]
+    stored = {(r.topic, r.properties.get("UNIQ_KEY")): r for r in walk_commitlog(promoted / "store" / "commitlog")}
+    for key in commits:  # a committed transaction's message: a normal message now, its body as it was
+        assert stored[key].sys_flag & 0xC == 0 and "TRAN_MSG" not in stored[key].properties
+        assert held[key] == 1 and stored[key].body == sample[key].body
+    for key in zipped:  # the body sent uncompressed; the client compressed it again (over 4 KiB)
+        assert held[key] == 1 and stored[key].sys_flag & 0x1
+        assert zlib.decompress(stored[key].body) == zlib.decompress(sample[key].body)
     journal = [json.loads(line) for line in (tmp_path / "journal").read_text().splitlines()]
     assert [e["result"] for e in journal] == ["sent"] * n

@@ -9,7 +9,6 @@ import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
-import org.apache.rocketmq.common.compression.CompressionType;
 import org.apache.rocketmq.common.compression.CompressorFactory;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
@@ -83,8 +82,7 @@ public class Replay {
         int sysFlag = Integer.parseInt(f[3]);
         byte[] body = b64.decode(f[5]);
         if ((sysFlag & MessageSysFlag.COMPRESSED_FLAG) != 0) {
-            CompressionType type = CompressionType.findByValue(sysFlag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR);
-            body = CompressorFactory.getCompressor(type).decompress(body);
+            body = CompressorFactory.getCompressor(MessageSysFlag.getCompressionType(sysFlag)).decompress(body);
         }
         Message m = new Message(f[1], body);
         m.setFlag(Integer.parseInt(f[2]));
