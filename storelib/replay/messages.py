@@ -76,7 +76,7 @@ ADDED_ON_THE_WAY = frozenset(
 )
 #: why a record is not sent (Skip.reason)
 HALF_COMMITTED = "a transaction's half: its commit is sent"
-HALF_UNCOMMITTED = "a transaction's half without its commit in the input: not sent (the producer's check decides)"
+HALF_UNCOMMITTED = "a transaction's half without its commit in the input (only the producer's check can commit it)"
 HALF_ROLLED_BACK = "a transaction's half, rolled back (its op record and no commit in the input)"
 BROKER_RECORD = "the broker's own record"
 PREPARED_OR_ROLLED_BACK = "a transaction's prepared or rolled-back record (pre-4.3 transactions)"
