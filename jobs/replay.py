@@ -51,6 +51,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls", action="store_true", help="connect with TLS (the client's tls.enable)")
     p.add_argument("--tls-config", metavar="FILE", help="the client's tls.config.file (tls.client.* settings)")
     p.add_argument("--rate", type=float, metavar="N", help="send at most N messages a second")
+    p.add_argument(
+        "--route-wait",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="how long a topic the name server has no route for is asked again before it counts as holding nothing "
+        "(default 20 s: a broker just started registers within seconds)",
+    )
     p.add_argument("--client-version", default=DEFAULT_CLIENT, metavar="X.Y.Z", help="rocketmq-client release")
     p.add_argument("--topic", action="append", default=[], help="only messages sent to this topic (repeatable)")
     p.add_argument("--since", metavar="TIME", help="only messages stored at or after TIME (ISO 8601 UTC, or ms)")
@@ -106,7 +114,10 @@ def _connection(args: argparse.Namespace) -> Connection:
     secret = args.secret_key or os.environ.get("RMQSTORE_SECRET_KEY")
     if bool(args.access_key) != bool(secret):
         raise BadInput("ACL needs both --access-key and --secret-key")
-    return Connection(args.namesrv, args.access_key, secret, args.tls or bool(args.tls_config), args.tls_config)
+    tls = args.tls or bool(args.tls_config)
+    return Connection(
+        args.namesrv, args.access_key, secret, tls, args.tls_config, route_wait_ms=int(args.route_wait * 1000)
+    )
 
 
 def _apply(args: argparse.Namespace, sends: list[Send], tally: Tally) -> None:

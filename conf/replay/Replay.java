@@ -28,12 +28,19 @@ import org.apache.rocketmq.common.sysflag.MessageSysFlag;
  * the environment (RMQSTORE_ACCESS_KEY, RMQSTORE_SECRET_KEY), TLS from -Dtls.enable and -Dtls.config.file.
  *
  * <pre>
- * java -cp classes:lib/* Replay namesrv=H:P[;H:P] group=rmqstore-replay timeoutMs=3000 tls=false
+ * java -cp classes:lib/* Replay namesrv=H:P[;H:P] group=rmqstore-replay timeoutMs=3000 routeWaitMs=20000 tls=false
  * </pre>
  */
 public class Replay {
-    /** ResponseCode.QUERY_NOT_FOUND and TOPIC_NOT_EXIST: the cluster holds no such message. */
-    static final int QUERY_NOT_FOUND = 208, TOPIC_NOT_EXIST = 17;
+    /** ResponseCode.QUERY_NOT_FOUND: the cluster holds no such message. */
+    static final int QUERY_NOT_FOUND = 208;
+    /** ResponseCode.TOPIC_NOT_EXIST (a query) and ClientErrorCode.NOT_FOUND_TOPIC_EXCEPTION (a send, thrown before
+     * anything is sent): the name server has no route for the topic, yet (a broker just started registers within
+     * seconds) or at all. */
+    static final int TOPIC_NOT_EXIST = 17, NO_ROUTE = 10005;
+    /** How long a topic without a route is asked again; topics still without one then (new topics) are not again. */
+    static long routeWaitMs;
+    static final java.util.Set<String> routeless = new java.util.HashSet<>();
 
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = new java.util.HashMap<>();
@@ -52,6 +59,7 @@ public class Replay {
         producer.setRetryTimesWhenSendFailed(0); // a retry after a lost answer could store the message twice
         producer.setSendMsgTimeout(Integer.parseInt(a.getOrDefault("timeoutMs", "3000")));
         producer.setUseTLS(Boolean.parseBoolean(a.getOrDefault("tls", "false")));
+        routeWaitMs = Long.parseLong(a.getOrDefault("routeWaitMs", "20000"));
         producer.start();
         out.println("READY");
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -87,21 +95,47 @@ public class Replay {
         Message m = new Message(f[1], body);
         m.setFlag(Integer.parseInt(f[2]));
         MessageAccessor.setProperties(m, props);
-        SendResult r = producer.send(m);
+        SendResult r = send(producer, m);
         return "SENT\t" + r.getSendStatus() + "\t" + r.getOffsetMsgId() + "\t" + r.getMessageQueue().getQueueId()
             + "\t" + r.getQueueOffset() + "\t" + m.getProperty("UNIQ_KEY");
     }
 
-    /** The message of that UNIQ_KEY the cluster holds in that topic, or null when it holds none. */
-    static MessageExt held(DefaultMQProducer producer, String topic, String uniq) throws Exception {
-        try {
-            return producer.getDefaultMQProducerImpl().getMqClientFactory().getMQAdminImpl()
-                .queryMessageByUniqKey(topic, uniq, 0L, Long.MAX_VALUE);
-        } catch (MQClientException e) {
-            if (e.getResponseCode() == QUERY_NOT_FOUND || e.getResponseCode() == TOPIC_NOT_EXIST) {
-                return null;
+    /** The send, asked again while the topic has no route (nothing was sent then), at most routeWaitMs. */
+    static SendResult send(DefaultMQProducer producer, Message m) throws Exception {
+        long until = System.currentTimeMillis() + routeWaitMs;
+        while (true) {
+            try {
+                return producer.send(m);
+            } catch (MQClientException e) {
+                if (e.getResponseCode() != NO_ROUTE || System.currentTimeMillis() > until) {
+                    throw e;
+                }
+                Thread.sleep(500);
             }
-            throw e;
+        }
+    }
+
+    /** The message of that UNIQ_KEY the cluster holds in that topic, or null when it holds none: the query found
+     * none, or the topic has had no route for routeWaitMs (it does not exist on the cluster). */
+    static MessageExt held(DefaultMQProducer producer, String topic, String uniq) throws Exception {
+        long until = System.currentTimeMillis() + (routeless.contains(topic) ? 0 : routeWaitMs);
+        while (true) {
+            try {
+                return producer.getDefaultMQProducerImpl().getMqClientFactory().getMQAdminImpl()
+                    .queryMessageByUniqKey(topic, uniq, 0L, Long.MAX_VALUE);
+            } catch (MQClientException e) {
+                if (e.getResponseCode() == QUERY_NOT_FOUND) {
+                    return null;
+                }
+                if (e.getResponseCode() != TOPIC_NOT_EXIST) {
+                    throw e;
+                }
+                if (System.currentTimeMillis() > until) {
+                    routeless.add(topic);
+                    return null;
+                }
+                Thread.sleep(500);
+            }
         }
     }
 }

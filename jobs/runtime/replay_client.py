@@ -42,6 +42,7 @@ class Connection:
     tls: bool = False
     tls_config: str | None = None
     timeout_ms: int = 3000
+    route_wait_ms: int = 20000  # a topic without a route asked again (a broker just started registers in seconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,8 @@ class ReplayClient:
         logs.mkdir(parents=True, exist_ok=True)
         props = [f"-Drocketmq.client.logRoot={logs}", f"-Dtls.enable={str(c.tls).lower()}"]
         props += [f"-Dtls.config.file={c.tls_config}"] if c.tls_config else []
-        args = [f"namesrv={c.namesrv}", f"timeoutMs={c.timeout_ms}", f"tls={str(c.tls).lower()}"]
+        args = [f"namesrv={c.namesrv}", f"timeoutMs={c.timeout_ms}", f"routeWaitMs={c.route_wait_ms}"]
+        args += [f"tls={str(c.tls).lower()}"]
         cmd = ["java", *JVM_OPTS, *props, "-cp", classpath(self.version), "Replay", *args]
         env = {**os.environ, "RMQSTORE_ACCESS_KEY": c.access_key or "", "RMQSTORE_SECRET_KEY": c.secret_key or ""}
         self._log = tempfile.NamedTemporaryFile(dir=logs, prefix="replay-", suffix=".log", delete=False)
@@ -127,7 +129,8 @@ class ReplayClient:
             self._proc.stdin.flush()
         except OSError:
             raise CannotSend(f"the replay client stopped: {self._tail()}") from None
-        timeout = self.connection.timeout_ms / 1000 * (1 + len(message.check_topics)) + 30
+        c = self.connection
+        timeout = (c.timeout_ms + c.route_wait_ms) / 1000 * (1 + len(message.check_topics)) + 30
         seq, result, *rest = [*(self._line(timeout) or "").split("\t"), ""]
         if seq != str(self._seq) or result not in (SENT, PRESENT, FAILED):
             raise CannotSend(f"the replay client stopped answering: {self._tail()}")
