@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ import pytest
 
 from jobs import replay as replay_job
 from jobs.pipeline.replay_source import read_records
-from jobs.runtime.replay_client import Answer
+from jobs.runtime.replay_client import Answer, wait_interval
 from storelib.broker.config import load_broker_config
 from storelib.errors import BadInput, CannotSend
 from storelib.replay import journal as jr
@@ -185,6 +186,23 @@ def test_the_5_5_0_sample_store_rolled_back_halves_are_one_answer_of_the_listene
     assert len(rolled) == 1 and not rolled & (by_reason[rm.HALF_COMMITTED] | by_reason[rm.HALF_UNCOMMITTED])
 
 
+def test_a_store_is_read_only_in_the_commitlog_range_asked_for(fixture_dir: Path) -> None:
+    cfg = load_broker_config(fixture_dir / "broker.conf")
+    every = read_records(str(fixture_dir / "clean"), rm.Selection(), cfg)
+    lo, hi = every[100].commitlog_offset, every[3000].commitlog_offset
+    some = read_records(str(fixture_dir / "clean"), rm.Selection(from_offset=lo, to_offset=hi), cfg)
+    assert some == every[100:3000]
+    with pytest.raises(BadInput, match="not a diff's missing-messages table"):
+        read_records(str(fixture_dir), rm.Selection(), cfg)
+
+
+def test_the_rate_spaces_the_sends() -> None:
+    now = time.monotonic()
+    assert wait_interval(None, now) == 0.0
+    assert 0.05 < wait_interval(10, now) <= 0.1  # 10 a second: the next 0.1 s after the last
+    assert wait_interval(10, now - 1) == 0.0
+
+
 def test_the_journal_keeps_what_it_recorded_and_forgets_a_line_cut_short(tmp_path: Path) -> None:
     path = tmp_path / "j"
     j = jr.Journal(path)
@@ -275,6 +293,8 @@ def test_an_interrupted_replay_resumes_and_never_sends_a_message_twice(
     assert [e.result for e in jr.read_journal(journal)].count(jr.PRESENT) == 1  # the lost line: found, not sent
     assert rmqstore_main(argv) == 0
     assert capsys.readouterr().out.startswith("replay: 0 sent, 10 skipped as already present, 0 failed")
+    assert rmqstore_main(["replay", str(table), "--journal", str(journal)]) == 0  # a dry run reads the journal
+    assert "10 of them already in the journal" in capsys.readouterr().out
 
 
 def test_a_dry_run_sends_nothing_and_apply_needs_a_cluster_and_a_journal(
