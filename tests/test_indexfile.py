@@ -381,3 +381,12 @@ def test_a_message_s_keys_are_found_past_a_hot_key_s_long_chain() -> None:
     assert r.message_key_hashes("T#U057", offsets[57]) == {key_hash_of(f"T#{k}") for k in ("U057", "hot", "k57")}
     assert r.message_key_hashes("T#U000", offsets[1]) is None  # its entry is for another message
     assert r.message_key_hashes("T#nope", offsets[0]) is None
+
+
+def test_a_message_whose_keys_did_not_fit_goes_on_at_the_next_file_s_start() -> None:
+    """Keys "f b k" of the message at 350: f and b fill the first file, k leads the second (IndexService.putKey
+    retries in a new file): the second file's leading entries are the message's rest, and no other message's."""
+    r1, r2 = readers(SPLIT_FILES)
+    assert r1.message_key_hashes("T#f", 350) == {key_hash_of("T#f"), key_hash_of("T#b")}
+    assert r2.leading_key_hashes(350) == {key_hash_of("T#k")}
+    assert r2.leading_key_hashes(600) == frozenset() and r1.leading_key_hashes(350) == frozenset()

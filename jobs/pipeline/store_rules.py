@@ -332,16 +332,25 @@ class LiveIndex:
         ]
 
     def holds_tag_key(self, offset: int, uniq_key: str, tag_key: str) -> bool | None:
-        """Whether the live IndexFile covering ``offset`` holds the message's ``tag_key`` beside its ``uniq_key``;
-        None when no live IndexFile that fits the settings finds the ``uniq_key`` (it tells nothing)."""
+        """Whether the live IndexFile covering ``offset`` holds the message's ``tag_key`` beside its ``uniq_key``, or
+        the next one at its start (a full file: the 5.4.0 DLedger store's message at 917,552 has its UNIQ_KEY in
+        one file, its topic#T#<TAGS> key first in the next); None when no live IndexFile that fits the settings
+        finds the ``uniq_key`` (it tells nothing)."""
         k = next((k for k, h in enumerate(self.headers) if h.begin_phy_offset <= offset <= h.end_phy_offset), None)
+        r = self._reader(k)
+        hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
+        if hashes is None or key_hash_of(tag_key) in hashes:
+            return None if hashes is None else True
+        after = self._reader(k + 1) if k is not None and k + 1 < len(self.headers) else None
+        return after is not None and key_hash_of(tag_key) in after.leading_key_hashes(offset)
+
+    def _reader(self, k: int | None) -> IndexFileReader | None:
+        """The reader of the k-th live IndexFile (None: no such file, or it does not fit the settings)."""
         if k is None:
             return None
         if k not in self._readers:
             self._readers[k] = _index_reader(self.fs, self.paths[k], self.cfg)
-        r = self._readers[k]
-        hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
-        return None if hashes is None else key_hash_of(tag_key) in hashes
+        return self._readers[k]
 
     def split_units(self, b: RecordBatch, d: Dispatch) -> dict[int, tuple[str, int, int]]:
         """Of a batch's records that go to a ConsumeQueue with a TAGS value holding 0x01 (a pair of three parts:

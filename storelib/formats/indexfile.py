@@ -280,6 +280,14 @@ class IndexFileReader:
             last += 1
         return frozenset(int(h) for h in self.entries["key_hash"][first : last + 1])
 
+    def leading_key_hashes(self, phy_offset: int) -> frozenset[int]:
+        """The key hashes of the file's first entries while they are the message's at ``phy_offset``: the keys of a
+        message that did not all fit in the file before (``IndexService.putKey`` puts the rest into a new file)."""
+        n = 1
+        while n < self.header.index_count and self.entries[n]["phy_offset"] == phy_offset:
+            n += 1
+        return frozenset(int(h) for h in self.entries["key_hash"][1:n])
+
     def _chain(self, key_hash: int, begin: int) -> Iterator[tuple[int, np.void, int]]:
         """The entries of ``key_hash``'s slot chain, newest first, to one stored before ``begin``: (entry number,
         entry, its store time). A chain of a sound file visits each entry once; the walk stops at a revisited entry
