@@ -330,9 +330,18 @@ KINDS: dict[str, Kind] = {
     # timers (timerlog/, timerwheel, config/timercheck) and delay levels (config/delayOffset.json)
     "timer-wheel-missing": _timer(
         "error",
-        "the timerwheel file is missing",
-        "creates an empty wheel and refills only the slots of the timerlog units from its last flush position minus "
-        "one file: timers enqueued before are never delivered",
+        "the timerwheel file is missing, and pending timers' units lie before the timerlog's flush position minus one "
+        "file",
+        "creates an empty wheel and refiles only the timerlog's units from its last flush position minus one file: "
+        "the timers filed before are never delivered (the 5.5.0 broker alone delivers none of them)",
+        True,
+    ),
+    "timer-wheel-refilled": _timer(
+        "warning",
+        "the timerwheel file is missing; every pending timer's unit lies from the timerlog's flush position minus one "
+        "file on",
+        "creates an empty wheel and refiles the timerlog's units from its last flush position minus one file, which "
+        "holds every pending one (read from the 5.0.0, 5.3.3 and 5.5.0 jars; no broker has shown it)",
         True,
     ),
     "timer-wheel-size": _timer(

@@ -246,7 +246,15 @@ def test_a_healthy_store_has_no_finding_and_its_files_are_rebuilt_as_they_are() 
 @pytest.mark.parametrize(
     ("files", "expected"),
     [
-        ({"wheel": None}, ["timer-wheel-missing"]),
+        ({"wheel": None}, ["timer-wheel-refilled"]),  # one timerlog file: the broker refiles every unit
+        (  # the broker refiles from the file before its flush position's: the units at 0 and 52 are lost
+            {"wheel": None, "checkpoint": TimerCheckpoint(T0, 2080 * 2, 2, 2).pack()},
+            ["timer-checkpoint-ahead", "timer-wheel-missing"],
+        ),
+        (  # ... unless their slots were read already
+            {"wheel": None, "checkpoint": TimerCheckpoint(T0 + 901_000, 2080 * 2, 2, 2).pack()},
+            ["timer-checkpoint-ahead", "timer-wheel-refilled"],
+        ),
         ({"wheel": bytes(4096)}, ["timer-wheel-size"]),
         ({"checkpoint": None}, ["timer-checkpoint-unreadable"]),
         ({"checkpoint": TimerCheckpoint(T0, 104, 9, 9).pack()}, ["timer-checkpoint-ahead"]),

@@ -120,7 +120,7 @@ def audit_timers(store: TimerStore, records: pa.Table, s: Settings) -> TimerAudi
     if store.present:
         found += _log_findings(log, s)
         wheel = timerwheel.wheel_bytes(_kept(log.fold).wheel)
-        found += _wheel_findings(store.wheel, wheel, max(log.fold.first_pos, 0), writes)
+        found += _wheel_findings(store, wheel, max(log.fold.first_pos, 0), writes, s)
         found += _snapshot_findings(store, log)
         checkpoint, ck_found = _checkpoint(store, log.fold, index.delivered_queue, records, s)
         found += ck_found
@@ -244,16 +244,14 @@ def _time_findings(fold: UnitFold, s: Settings) -> list[Finding]:
     ]
 
 
-def _wheel_findings(live: bytes | None, rebuilt: bytes, timerlog_start: int, writes: dict[str, str]) -> list[Finding]:
+def _wheel_findings(
+    store: TimerStore, rebuilt: bytes, timerlog_start: int, writes: dict[str, str], s: Settings
+) -> list[Finding]:
     """The live timerwheel against the fold of the timerlog: missing, of the wrong size, or slots that differ (slots
     whose units were all in timerlog files already deleted are left out: their time is long past)."""
+    live = store.wheel
     if live is None:
-        writes[WHEEL] = "timer-wheel-missing"
-        message = (
-            "the timer wheel is missing: the broker starts with an empty wheel and refills only the slots of the "
-            "timerlog units from its last flush position minus one file; earlier pending timers are never delivered"
-        )
-        return [finding("timer-wheel-missing", WHEEL, message)]
+        return _missing_wheel(store, rebuilt, writes, s)
     if len(live) != timerwheel.WHEEL_SIZE:
         writes[WHEEL] = "timer-wheel-size"
         message = f"the timer wheel is {len(live):,} bytes, not {timerwheel.WHEEL_SIZE:,}: the broker does not start"
@@ -282,6 +280,37 @@ def _wheel_findings(live: bytes | None, rebuilt: bytes, timerlog_start: int, wri
             actual=_slot_text(live_slots[i]),
         )
     ]
+
+
+def _missing_wheel(store: TimerStore, rebuilt: bytes, writes: dict[str, str], s: Settings) -> list[Finding]:
+    """A missing wheel: ``TimerMessageStore.recover`` (5.0.0, 5.3.3, 5.5.0 jars) starts an empty one and refiles the
+    timerlog's units from ``recovery_start`` on (``recoverAndRevise``); a slot not yet read (time from
+    lastReadTimeMs on) whose first unit lies before that is lost."""
+    ck = TimerCheckpoint.unpack(store.checkpoint) if store.checkpoint and len(store.checkpoint) >= 32 else None
+    flushed = ck.last_timer_log_flush_pos if ck else 0
+    window = rules.recovery_start(flushed, s.timer_log_file_size)
+    slots = timerwheel.read_slots(rebuilt)
+    read_tick = (ck.last_read_time_ms if ck else 0) // s.precision_ms  # a slot holds its time in ticks
+    unread = (slots["time"] > 0) & (slots["time"] >= read_tick)
+    lost = unread & (slots["first_pos"] < window)
+    units = int(slots["num"][lost].sum())
+    size = s.timer_log_file_size
+    where = f"timerlog position {window:,} (the file of lastTimerLogFlushPos {flushed:,} minus {size:,} bytes)"
+    kind = "timer-wheel-missing" if units else "timer-wheel-refilled"
+    writes[WHEEL] = kind
+    if units:
+        message = (
+            f"the timer wheel is missing: the broker starts with an empty wheel and refiles only the timerlog's units "
+            f"from {where} on; {int(lost.sum())} pending slot(s) holding {units} unit(s) begin before it: those "
+            "timers are never delivered"
+        )
+    else:
+        message = (
+            f"the timer wheel is missing: the broker starts with an empty wheel and refiles the timerlog's units from "
+            f"{where} on, where every pending slot begins: it refills the wheel itself (read from the jars; no broker "
+            "has shown it here)"
+        )
+    return [finding(kind, WHEEL, message, count=units or None)]
 
 
 def _slot_text(slot: np.void) -> str:
