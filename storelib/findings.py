@@ -250,10 +250,12 @@ KINDS: dict[str, Kind] = {
     "crc-property-mismatch": Kind(
         _LOG,
         "warning",
-        "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly)",
+        "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly; the broker's "
+        "recovery checks it only with forceVerifyPropCRC, else serves it as sound)",
         record_damage=True,
         kept=True,
         recovery=PROPERTY_CRC,
+        salvaged=True,
     ),
     "length-mismatch": Kind(
         _LOG,

@@ -233,10 +233,11 @@ def salvage_commands(report: AuditReport) -> list[str]:
 
 
 def damaged_messages(report: AuditReport) -> int:
-    """Queue units that point at damaged records (cq-damaged-entries) and records failing their BODYCRC: what
-    every rescue loses; salvage serves a tombstone at each."""
+    """Queue units that point at damaged records (cq-damaged-entries) and records that frame but fail their BODYCRC
+    or ``__CRC32#`` (each once): what every rescue loses; salvage serves a tombstone at each."""
     units = sum(f.count or 1 for f in report.findings if f.kind == "cq-damaged-entries")
-    return units + sum(1 for f in report.findings if f.kind == "crc-mismatch")
+    framed = {f.commitlog_offset for f in report.findings if KINDS[f.kind].salvaged and KINDS[f.kind].kept}
+    return units + len(framed)
 
 
 def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
