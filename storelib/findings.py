@@ -309,6 +309,16 @@ KINDS: dict[str, Kind] = {
         _LOG, "error", "two records of one queue claim the same queue offset", index_build=True
     ),
     "queue-offset-gap": Kind(_LOG, "error", "queue offsets of a queue's records are not dense", index_build=True),
+    "queue-offset-contradicted": Kind(
+        _LOG,
+        "error",
+        "a record whose QUEUEOFFSET (no CRC covers it) contradicts its queue: the records before and after it in the "
+        "log leave one queue offset free, and it lies between them (the broker serves it there as sound)",
+        index_build=True,
+        record_damage=True,
+        kept=True,
+        salvaged=True,
+    ),
     # IndexFile
     "index-header-inconsistent": Kind(
         _INDEX, "error", "an IndexFile header disagrees with the file's slots and entries", True

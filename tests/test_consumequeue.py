@@ -20,6 +20,7 @@ from storelib.formats.consumequeue import (
     encode_units,
     file_start,
     is_pre_blank,
+    misplaced,
 )
 from tests.roundtrip import assert_roundtrip
 
@@ -193,7 +194,7 @@ def test_queue_offset_gaps_are_reported(feed: str) -> None:
     entries = [(0, 10, 1, 0), (1, 20, 1, 0), (4, 50, 1, 0), (5, 60, 1, 0)]
     for splits in ([2], [2]) if feed == "add_run" else ([], [2]):
         q, files = queue_files(entries, splits, feed=feed)
-        assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50)]
+        assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50, 20)]
         # every entry sits at its own queue offset: entry n at logical byte offset n * 20
         assert files == [
             ("00000000000000000000", unit(10, 1, 0) + unit(20, 1, 0) + bytes(40) + unit(50, 1, 0)),
@@ -237,3 +238,52 @@ def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) ->
 
 
 # --- names that become paths -----------------------------------------------------------------------
+
+
+def _queue_of(claims: list[int], sizes: list[int]) -> QueueFiles:
+    """A queue built as the rebuild's writer builds it: records in commitlog order (their sizes) claiming
+    ``claims``, sorted by queue offset (ties: commitlog order) and fed as runs of consecutive queue offsets."""
+    offsets = np.cumsum([0, *sizes[:-1]]) + 4096
+    order = sorted(range(len(claims)), key=lambda i: (claims[i], i))
+    q = QueueFiles(600)
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and claims[i] == claims[runs[-1][-1]] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run in runs:
+        units = encode_units(offsets[run], np.array(sizes)[run].astype(np.int32), np.zeros(len(run), np.int64))
+        list(q.add_run(claims[run[0]], units))
+    list(q.finish())
+    return q
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_record_whose_queue_offset_was_changed_is_told_by_its_neighbours(data: st.DataObject) -> None:
+    """Round trip: a dense queue in commitlog order, one record (not the first or last) made to claim any other
+    queue offset; ``misplaced`` names exactly that record, at the queue offset its neighbours leave free. The
+    undamaged queue names none."""
+    n = data.draw(st.integers(3, 40))
+    first = data.draw(st.integers(0, 1000))
+    sizes = data.draw(st.lists(st.integers(100, 400), min_size=n, max_size=n))
+    k = data.draw(st.integers(1, n - 2))
+    claimed = data.draw(st.integers(0, first + n + 300).filter(lambda c: c != first + k))
+    claims = list(range(first, first + n))
+    sound = _queue_of(claims, sizes)
+    assert misplaced(sound.findings, sound.out_of_order) == []
+    claims[k] = claimed
+    q = _queue_of(claims, sizes)
+    offset = 4096 + sum(sizes[:k])
+    assert [(m.queue_offset, m.commitlog_offset, m.claimed) for m in misplaced(q.findings, q.out_of_order)] == [
+        (first + k, offset, claimed)
+    ]
+
+
+def test_a_gap_that_two_records_could_fill_names_neither() -> None:
+    """Two records between the units around a gap are out of place: which one belongs there cannot be told."""
+    gap = QueueFinding("queue-offset-gap", 5, 1, 9000, 8000)
+    out_of_order = [(40, 8100), (41, 8200)]
+    assert misplaced([gap], out_of_order) == []
+    assert [m.commitlog_offset for m in misplaced([gap], out_of_order[:1])] == [8100]

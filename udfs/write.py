@@ -13,7 +13,7 @@ from storelib.broker.config import BrokerConfig
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles
+from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles, misplaced
 from storelib.formats.indexfile import (
     IndexHeader,
     IndexPlan,
@@ -21,6 +21,7 @@ from storelib.formats.indexfile import (
     index_file_size,
     put_index_file_head,
 )
+from storelib.layout import commitlog_file, offset_file_name
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA, ArrowMap
@@ -35,6 +36,7 @@ class _QueueWriter:
         self.batch = cfg.is_batch_cq(topic)
         self.unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
         self.dense = cfg.dense_queue_offsets(topic)
+        self.segment_size = cfg.mappedFileSizeCommitLog
         self.files = (
             BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
         )
@@ -62,6 +64,32 @@ class _QueueWriter:
             write_file(self.fs, join(self.dir, name), data, len(data))  # zeros after the last unit: a hole
             self.names.append(name)
 
+    def _misplaced(self) -> list[Finding]:
+        """A ``queue-offset-contradicted`` finding per record whose QUEUEOFFSET its queue's records contradict."""
+        q = self.files
+        if not isinstance(q, QueueFiles):
+            return []
+        out = []
+        for m in misplaced(q.findings, q.out_of_order):
+            base = m.commitlog_offset // self.segment_size * self.segment_size
+            out.append(
+                finding(
+                    "queue-offset-contradicted",
+                    commitlog_file(offset_file_name(base)),
+                    f"the record at commitlog offset {m.commitlog_offset} holds QUEUEOFFSET {m.claimed}, but the "
+                    f"records of {self.topic}/{self.queue_id} before and after it in the log hold {m.queue_offset - 1} "
+                    f"and {m.queue_offset + 1}: it is queue offset {m.queue_offset}",
+                    topic=self.topic,
+                    queue_id=self.queue_id,
+                    queue_offset=m.queue_offset,
+                    commitlog_offset=m.commitlog_offset,
+                    file_offset=m.commitlog_offset - base,
+                    expected=str(m.queue_offset),
+                    actual=str(m.claimed),
+                )
+            )
+        return out
+
     def finish(self) -> dict[str, object]:
         findings: list[dict[str, object]] = []
         if self.refused is not None:
@@ -83,6 +111,7 @@ class _QueueWriter:
                     count=f.count,
                 ).to_dict()
             )
+        findings += [m.to_dict() for m in self._misplaced()] if self.dense else []
         q = self.files
         return {
             "topic": self.topic,

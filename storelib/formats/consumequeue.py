@@ -138,7 +138,18 @@ class QueueFinding:
     kind: str  # "duplicate-queue-offset" or "queue-offset-gap"
     queue_offset: int
     count: int
+    commitlog_offset: int  # of the record dropped (a duplicate) or of the one after the gap
+    before: int = -1  # (a gap) the commitlog offset of the unit before it, -1 when none
+
+
+@dataclasses.dataclass(frozen=True)
+class Misplaced:
+    """A record whose QUEUEOFFSET contradicts its queue: the records before and after it in commitlog order leave
+    exactly one queue offset free between them, ``queue_offset``, and it lies between them but claims ``claimed``."""
+
+    queue_offset: int
     commitlog_offset: int
+    claimed: int
 
 
 @dataclasses.dataclass
@@ -151,6 +162,10 @@ class QueueFiles:
     min_offset: int | None = None  # first queue offset written
     next_offset: int | None = None  # one past the last queue offset written
     files: int = 0
+    last_commitlog_offset: int = -1  # of the last unit written
+    #: (queue offset, commitlog offset) of both units of each pair written one after the other in queue order whose
+    #: commitlog offsets go down
+    out_of_order: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     _buf: bytearray | None = None
     _buf_start: int = 0
 
@@ -172,10 +187,16 @@ class QueueFiles:
             if len(qo) == 0:
                 return
         expected = np.concatenate(([self.next_offset if self.next_offset is not None else qo[0]], qo[:-1] + 1))
+        before = np.concatenate(([self.last_commitlog_offset], offsets[:-1]))
         for i in np.flatnonzero(qo != expected):
+            gap = int(qo[i] - expected[i])
             self.findings.append(
-                QueueFinding("queue-offset-gap", int(expected[i]), int(qo[i] - expected[i]), int(offsets[i]))
+                QueueFinding("queue-offset-gap", int(expected[i]), gap, int(offsets[i]), int(before[i]))
             )
+        prev_qo = np.concatenate(([self.next_offset - 1 if self.next_offset is not None else -1], qo[:-1]))
+        for i in np.flatnonzero(offsets < before):  # either of the two may be the one out of place
+            self.out_of_order += [(int(prev_qo[i]), int(before[i])), (int(qo[i]), int(offsets[i]))]
+        self.last_commitlog_offset = int(offsets[-1])
         data = np.frombuffer(encode_units(offsets, sizes, tags_codes), dtype=np.uint8).reshape(-1, 20)
         if self.min_offset is None:
             self.min_offset = int(qo[0])
@@ -209,11 +230,14 @@ class QueueFiles:
         n = len(units) // CQ_STORE_UNIT_SIZE
         if n == 0:
             return
-        if self.next_offset != first_queue_offset:
-            u = decode_units(units)
+        u = decode_units(units)
+        offsets = u["offset"]
+        ordered = offsets[0] > self.last_commitlog_offset and bool((offsets[1:] > offsets[:-1]).all())
+        if self.next_offset != first_queue_offset or not ordered:
             qo = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
-            yield from self.add(qo, u["offset"], u["size"], u["tags_code"])
+            yield from self.add(qo, offsets, u["size"], u["tags_code"])
             return
+        self.last_commitlog_offset = int(offsets[-1])
         pos = first_queue_offset * CQ_STORE_UNIT_SIZE
         done = 0
         while done < len(units):
@@ -252,6 +276,28 @@ class QueueFiles:
     def finish(self) -> Iterator[tuple[str, bytes]]:
         """Yield the last, partly filled file."""
         yield from self._emit()
+
+
+def misplaced(findings: Iterable[QueueFinding], out_of_order: Iterable[tuple[int, int]]) -> list[Misplaced]:
+    """The records of one queue whose QUEUEOFFSET contradicts the records around them (no CRC covers it): for each
+    gap of one queue offset ``q`` between units at commitlog offsets B and C, the one record that lies between B and
+    C in the log but was put elsewhere in the queue (a duplicate dropped, a unit out of commitlog order), or C itself
+    when another record claiming C's queue offset lies after it. None where not exactly one such record is found:
+    the damaged record cannot be told from a sound one."""
+    found = list(findings)
+    dropped = {f.queue_offset: f.commitlog_offset for f in found if f.kind == "duplicate-queue-offset"}
+    suspects = [(f.queue_offset, f.commitlog_offset) for f in found if f.kind == "duplicate-queue-offset"]
+    suspects += list(out_of_order)
+    out = []
+    for gap in (f for f in found if f.kind == "queue-offset-gap" and f.count == 1 and f.before >= 0):
+        q, lo, hi = gap.queue_offset, gap.before, gap.commitlog_offset
+        hits = {p: claimed for claimed, p in suspects if lo < p < hi}
+        if not hits and dropped.get(q + 1, -1) > hi:  # C claims q + 1, and so does a record after it
+            hits = {hi: q + 1}
+        if len(hits) == 1:
+            ((p, claimed),) = hits.items()
+            out.append(Misplaced(q, p, claimed))
+    return out
 
 
 def build_queue_files(entries: Iterable[tuple[int, int, int, int]], file_size: int) -> list[tuple[str, bytes]]:
