@@ -309,11 +309,12 @@ KINDS: dict[str, Kind] = {
         _LOG, "error", "two records of one queue claim the same queue offset", index_build=True
     ),
     "queue-offset-gap": Kind(_LOG, "error", "queue offsets of a queue's records are not dense", index_build=True),
-    "queue-offset-contradicted": Kind(
+    "queue-header-contradicted": Kind(
         _LOG,
         "error",
-        "a record whose QUEUEOFFSET (no CRC covers it) contradicts its queue: the records before and after it in the "
-        "log leave one queue offset free, and it lies between them (the broker serves it there as sound)",
+        "a record whose QUEUEOFFSET, QUEUEID or topic (no CRC covers them) contradicts a queue: its records before and "
+        "after it in the log leave one queue offset free, and it alone lies between them out of place (the broker "
+        "serves it there as sound)",
         index_build=True,
         record_damage=True,
         kept=True,

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from storelib.formats import batchcq
 from storelib.formats.consumequeue import (
     CONSUME_QUEUE,
+    LooseEnds,
+    Misplaced,
     QueueFiles,
     QueueFinding,
     build_queue_files,
@@ -20,7 +22,9 @@ from storelib.formats.consumequeue import (
     encode_units,
     file_start,
     is_pre_blank,
+    loose_ends,
     misplaced,
+    strays,
 )
 from tests.roundtrip import assert_roundtrip
 
@@ -240,10 +244,10 @@ def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) ->
 # --- names that become paths -----------------------------------------------------------------------
 
 
-def _queue_of(claims: list[int], sizes: list[int]) -> QueueFiles:
-    """A queue built as the rebuild's writer builds it: records in commitlog order (their sizes) claiming
+def _queue_of(claims: list[int], offsets: list[int]) -> QueueFiles:
+    """A queue built as the rebuild's writer builds it: records at commitlog ``offsets`` (ascending) claiming
     ``claims``, sorted by queue offset (ties: commitlog order) and fed as runs of consecutive queue offsets."""
-    offsets = np.cumsum([0, *sizes[:-1]]) + 4096
+    sizes = [100] * len(offsets)
     order = sorted(range(len(claims)), key=lambda i: (claims[i], i))
     q = QueueFiles(600)
     runs: list[list[int]] = []
@@ -253,7 +257,8 @@ def _queue_of(claims: list[int], sizes: list[int]) -> QueueFiles:
         else:
             runs.append([i])
     for run in runs:
-        units = encode_units(offsets[run], np.array(sizes)[run].astype(np.int32), np.zeros(len(run), np.int64))
+        at, size = np.array(offsets)[run], np.array(sizes, np.int32)[run]
+        units = encode_units(at, size, np.zeros(len(run), np.int64))
         list(q.add_run(claims[run[0]], units))
     list(q.finish())
     return q
@@ -271,12 +276,13 @@ def test_a_record_whose_queue_offset_was_changed_is_told_by_its_neighbours(data:
     k = data.draw(st.integers(1, n - 2))
     claimed = data.draw(st.integers(0, first + n + 300).filter(lambda c: c != first + k))
     claims = list(range(first, first + n))
-    sound = _queue_of(claims, sizes)
-    assert misplaced(sound.findings, sound.out_of_order) == []
+    offsets = [4096 + sum(sizes[:i]) for i in range(n)]
+    sound = _queue_of(claims, offsets)
+    assert misplaced(sound.findings, sound.out_of_place) == []
     claims[k] = claimed
-    q = _queue_of(claims, sizes)
-    offset = 4096 + sum(sizes[:k])
-    assert [(m.queue_offset, m.commitlog_offset, m.claimed) for m in misplaced(q.findings, q.out_of_order)] == [
+    q = _queue_of(claims, offsets)
+    offset = offsets[k]
+    assert [(m.queue_offset, m.commitlog_offset, m.claimed) for m in misplaced(q.findings, q.out_of_place)] == [
         (first + k, offset, claimed)
     ]
 
@@ -284,6 +290,27 @@ def test_a_record_whose_queue_offset_was_changed_is_told_by_its_neighbours(data:
 def test_a_gap_that_two_records_could_fill_names_neither() -> None:
     """Two records between the units around a gap are out of place: which one belongs there cannot be told."""
     gap = QueueFinding("queue-offset-gap", 5, 1, 9000, 8000)
-    out_of_order = [(40, 8100), (41, 8200)]
-    assert misplaced([gap], out_of_order) == []
-    assert [m.commitlog_offset for m in misplaced([gap], out_of_order[:1])] == [8100]
+    out_of_place = [(40, 8100), (41, 8200)]
+    assert misplaced([gap], out_of_place) == []
+    assert [m.commitlog_offset for m in misplaced([gap], out_of_place[:1])] == [8100]
+
+
+def _ends(claims: list[int], offsets: list[int]) -> LooseEnds:
+    q = _queue_of(claims, offsets)
+    return loose_ends(q, misplaced(q.findings, q.out_of_place))
+
+
+def test_a_record_whose_queue_id_or_topic_was_changed_is_told_by_the_queue_it_left() -> None:
+    """T/2's records at 1000, 2000, 4000 claim 0, 1, 3: the record between 2000 and 4000 went elsewhere. The one record
+    out of place in another queue that lies there is it: a repeat in T/3 (QUEUEID), or the only record of a queue
+    (topic). Two such records: neither can be told from the other."""
+    t2 = _ends([0, 1, 3], [1000, 2000, 4000])
+    t3 = _ends([0, 1, 1, 2], [1500, 2500, 3000, 3500])  # the record at 3000 repeats queue offset 1
+    alone = _ends([2], [3000])
+    sound = _ends([0, 1, 2], [1200, 2200, 3200])
+    (found,) = strays({("T", 2): t2, ("T", 3): t3, ("U", 0): sound})
+    assert found == (("T", 2), Misplaced(2, 3000, 1), ("T", 3))
+    (found,) = strays({("T", 2): t2, ("Tx", 2): alone, ("U", 0): sound})
+    assert found == (("T", 2), Misplaced(2, 3000, 2), ("Tx", 2))
+    assert strays({("T", 2): t2, ("T", 3): t3, ("Tx", 2): _ends([2], [3100])}) == []
+    assert strays({("T", 2): _ends([0, 1, 2], [1000, 2000, 4000]), ("Tx", 2): alone}) == []

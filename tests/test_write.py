@@ -105,9 +105,11 @@ def test_a_record_whose_queue_offset_its_neighbours_contradict_is_named_in_its_s
         ("duplicate-queue-offset", 0),
         ("queue-offset-gap", 2),
     ]
-    (m,) = [f for f in found if f["kind"] == "queue-offset-contradicted"]
+    (m,) = [f for f in found if f["kind"] == "queue-header-contradicted"]
     assert (m["file"], m["commitlog_offset"], m["file_offset"]) == ("commitlog/00000000000000000000", 2000, 2000)
-    assert (m["topic"], m["queue_id"], m["queue_offset"], m["expected"], m["actual"]) == ("Orders", 4, 2, "2", "0")
+    assert (m["topic"], m["queue_id"], m["queue_offset"]) == ("Orders", 4, 2)
+    assert (m["expected"], m["actual"]) == ("Orders/4 queue offset 2", "Orders/4 queue offset 0")
+    assert "holds QUEUEOFFSET 0, but" in m["message"]
 
 
 def test_consume_queue_writer_without_runs_yields_nothing(tmp_path: Path) -> None:

@@ -13,7 +13,15 @@ from storelib.broker.config import BrokerConfig
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles, misplaced
+from storelib.formats.consumequeue import (
+    CONSUME_QUEUE,
+    CQ_STORE_UNIT_SIZE,
+    LooseEnds,
+    Misplaced,
+    QueueFiles,
+    loose_ends,
+    misplaced,
+)
 from storelib.formats.indexfile import (
     IndexHeader,
     IndexPlan,
@@ -64,32 +72,6 @@ class _QueueWriter:
             write_file(self.fs, join(self.dir, name), data, len(data))  # zeros after the last unit: a hole
             self.names.append(name)
 
-    def _misplaced(self) -> list[Finding]:
-        """A ``queue-offset-contradicted`` finding per record whose QUEUEOFFSET its queue's records contradict."""
-        q = self.files
-        if not isinstance(q, QueueFiles):
-            return []
-        out = []
-        for m in misplaced(q.findings, q.out_of_order):
-            base = m.commitlog_offset // self.segment_size * self.segment_size
-            out.append(
-                finding(
-                    "queue-offset-contradicted",
-                    commitlog_file(offset_file_name(base)),
-                    f"the record at commitlog offset {m.commitlog_offset} holds QUEUEOFFSET {m.claimed}, but the "
-                    f"records of {self.topic}/{self.queue_id} before and after it in the log hold {m.queue_offset - 1} "
-                    f"and {m.queue_offset + 1}: it is queue offset {m.queue_offset}",
-                    topic=self.topic,
-                    queue_id=self.queue_id,
-                    queue_offset=m.queue_offset,
-                    commitlog_offset=m.commitlog_offset,
-                    file_offset=m.commitlog_offset - base,
-                    expected=str(m.queue_offset),
-                    actual=str(m.claimed),
-                )
-            )
-        return out
-
     def finish(self) -> dict[str, object]:
         findings: list[dict[str, object]] = []
         if self.refused is not None:
@@ -111,8 +93,13 @@ class _QueueWriter:
                     count=f.count,
                 ).to_dict()
             )
-        findings += [m.to_dict() for m in self._misplaced()] if self.dense else []
         q = self.files
+        ends = LooseEnds()
+        if self.dense and isinstance(q, QueueFiles):
+            placed = misplaced(q.findings, q.out_of_place)
+            queue = (self.topic, self.queue_id)
+            findings += [contradicted(queue, m, queue, self.segment_size).to_dict() for m in placed]
+            ends = loose_ends(q, placed)
         return {
             "topic": self.topic,
             "queue_id": self.queue_id,
@@ -122,7 +109,31 @@ class _QueueWriter:
             "files": self.names,
             "last_commitlog_offset": self.last_commitlog_offset,
             "findings": json.dumps(findings),
+            "loose_ends": ends.to_json(),
         }
+
+
+def contradicted(queue: tuple[str, int], m: Misplaced, named: tuple[str, int], segment_size: int) -> Finding:
+    """``queue-header-contradicted``: the record at ``m.commitlog_offset`` belongs to ``queue`` at ``m.queue_offset``
+    (the records around it there leave that offset free), but its header names ``named`` and ``m.claimed``."""
+    (topic, queue_id), (other, other_id) = queue, named
+    fields = ([f"topic {other}"] if other != topic else []) + ([f"QUEUEID {other_id}"] if other_id != queue_id else [])
+    fields += [f"QUEUEOFFSET {m.claimed}"] if m.claimed != m.queue_offset else []
+    base = m.commitlog_offset // segment_size * segment_size
+    return finding(
+        "queue-header-contradicted",
+        commitlog_file(offset_file_name(base)),
+        f"the record at commitlog offset {m.commitlog_offset} holds {', '.join(fields)}, but the records of "
+        f"{topic}/{queue_id} before and after it in the log hold queue offsets {m.queue_offset - 1} and "
+        f"{m.queue_offset + 1}: it is {topic}/{queue_id} queue offset {m.queue_offset}",
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=m.queue_offset,
+        commitlog_offset=m.commitlog_offset,
+        file_offset=m.commitlog_offset - base,
+        expected=f"{topic}/{queue_id} queue offset {m.queue_offset}",
+        actual=f"{other}/{other_id} queue offset {m.claimed}",
+    )
 
 
 class _PieceFiles:

@@ -169,8 +169,9 @@ def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Sal
             assert h.count is not None
             start, end = h.commitlog_offset, h.commitlog_offset + h.count
             queues = damaged_queues(result.findings)
-        else:
+        else:  # a record that frames; a queue its header does not name where the finding proves it belongs
             start, end, queues = crc_range(seg, base, h.commitlog_offset, cfg)
+            queues |= {(h.topic, h.queue_id)} if h.topic is not None and h.queue_id is not None else set()
         if end - base > cfg.mappedFileSizeCommitLog:
             raise Refused(f"{h.file}: the damaged range {start} to {end} crosses the segment's end: not salvaged")
         refuse_batch_units(root, start, end)
