@@ -144,9 +144,9 @@ def _property_byte(r: Record, raw: bytes) -> int | None:
     return raw.rindex(b"WAIT\x01true") + 6 if r.properties.get("WAIT") == "true" else None
 
 
-def _queue_offset_byte(r: Record, _: bytes) -> int | None:
-    """The last byte of QUEUEOFFSET of a TopicOrders record (no CRC covers it): it claims another queue offset."""
-    return 27 if r.topic == "TopicOrders" else None
+def _queue_id_byte(r: Record, _: bytes) -> int | None:
+    """The last byte of QUEUEID of a TopicOrders record (no CRC covers it): it claims another queue."""
+    return 15 if r.topic == "TopicOrders" else None
 
 
 def body_byte_in_window(root: Path) -> tuple[int, int]:
@@ -168,11 +168,11 @@ def property_byte_in_window(root: Path) -> tuple[int, int]:
     return _flip_a_byte(root, -1, _property_byte)
 
 
-def queue_offset_in_window(root: Path) -> tuple[int, int]:
-    """A flipped QUEUEOFFSET byte of a record in the last segment, ``abort`` left behind: crash recovery walks it
-    and dispatches it again (its ConsumeQueue already holds that queue offset, so the unit stays as it was)."""
+def queue_id_in_window(root: Path) -> tuple[int, int]:
+    """A flipped QUEUEID byte of a record in the last segment, ``abort`` left behind: crash recovery walks it and
+    dispatches it again, to the queue its header names; the unit of the queue it was sent to stays as it was."""
     (root / "abort").touch()
-    return _flip_a_byte(root, -1, _queue_offset_byte)
+    return _flip_a_byte(root, -1, _queue_id_byte)
 
 
 def _changed(built: Path, copy: Path, lo: int, hi: int) -> set[int]:
@@ -197,7 +197,7 @@ DAMAGES = {
     "body-byte-in-window": (body_byte_in_window, "truncates"),
     "body-byte-outside-window": (body_byte_outside_window, "as sound"),
     "property-byte-in-window": (property_byte_in_window, "as sound"),
-    "queue-offset-in-window": (queue_offset_in_window, "as sound"),
+    "queue-id-in-window": (queue_id_in_window, "as sound"),
     "across-segment-end": (across_segment_end, "truncates"),
 }
 CASES = [
@@ -209,7 +209,7 @@ CASES = [
     ("5.5.0", "default", "body-byte-in-window"),
     ("5.5.0", "default", "body-byte-outside-window"),
     ("5.5.0", "crc", "property-byte-in-window"),
-    ("5.5.0", "default", "queue-offset-in-window"),
+    ("5.5.0", "default", "queue-id-in-window"),
     ("5.5.0", "default", "across-segment-end"),
     ("5.3.3", "default", "across-segment-end"),
     ("4.9.7", "default", "across-segment-end"),
