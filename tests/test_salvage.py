@@ -190,3 +190,18 @@ def test_a_record_failing_both_its_crcs_is_one_range_to_salvage() -> None:
         ("crc-property-mismatch", 900),
         ("damaged-records", 1200),
     ]
+
+
+def test_a_record_put_in_a_queue_by_the_audit_is_salvaged_only_where_that_queue_s_live_unit_points_at_it() -> None:
+    """``queue-header-contradicted`` puts the record at T/2 queue offset 5: the live unit written when it was
+    appended must say so, else (a gap in damaged bytes, a sound record taken for it) nothing is salvaged."""
+    from jobs.pipeline.salvage_flow import check_record_units
+    from storelib.findings import finding
+
+    where = {"topic": "T", "queue_id": 2, "queue_offset": 5, "commitlog_offset": 10_000}
+    f = finding("queue-header-contradicted", "commitlog/00000000000000000000", "h", **where)
+    check_record_units(f, {("T", 2)}, [Unit("T", 2, 5, 10_000, 300)])
+    with pytest.raises(Refused, match="the live unit of T/2 queue offset 5 does not point at the record at 10000"):
+        check_record_units(f, {("T", 2), ("U", 0)}, [Unit("U", 0, 7, 10_000, 300)])
+    with pytest.raises(Refused, match="no live unit"):
+        check_record_units(f, {("T", 2)}, [])

@@ -57,12 +57,15 @@ def write_consume_queues(
 
 
 def _untold(f: Finding, untold: dict[tuple[str, int, int], tuple[int, int]]) -> Finding:
-    """A gap of one queue offset no record was found to fill: said so, and left."""
+    """A gap of one queue offset no record was found to fill: said so, and left (it may lie in damaged bytes)."""
     where = untold.get((f.topic or "", f.queue_id or 0, f.queue_offset or 0)) if f.kind == "queue-offset-gap" else None
     if where is None:
         return f
     lo, hi = where
-    said = f"; the record that held it, between commitlog offsets {lo} and {hi}, cannot be told from a sound one"
+    said = (
+        f"; no record out of place lies between commitlog offsets {lo} and {hi}: the record that held it is in "
+        "damaged bytes there, or cannot be told from a sound one"
+    )
     return dataclasses.replace(f, message=f.message + said)
 
 

@@ -142,6 +142,23 @@ def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int
     return offset, offset + total, {(m.topic, m.queue_id), *((name, qid) for name, qid, _ in lmq)}
 
 
+def check_record_units(h: Finding, queues: set[tuple[str, int]], units: list[Unit]) -> None:
+    """A record that frames is salvaged only where a live unit points at it and, where the finding puts it in a
+    queue (a header no CRC covers), the live unit of that queue offset (written when it was appended) is one of them;
+    else Refused."""
+    if not units:
+        raise Refused(
+            f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {h.commitlog_offset}"
+        )
+    if h.queue_offset is not None and (h.topic, h.queue_id, h.queue_offset) not in {
+        (u.topic, u.queue_id, u.queue_offset) for u in units
+    }:
+        raise Refused(
+            f"{h.file}: the live unit of {h.topic}/{h.queue_id} queue offset {h.queue_offset} does not point at the "
+            f"record at {h.commitlog_offset} the audit puts there: not salvaged"
+        )
+
+
 def store_timestamp(seg: Path, base: int, end: int) -> int:
     """The STORETIMESTAMP of the sound record at ``end`` (the next after the damage), else (the damage runs to the
     segment's end-of-file BLANK or its end) of the segment's first record: the broker's crash recovery picks its
@@ -176,8 +193,8 @@ def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Sal
             raise Refused(f"{h.file}: the damaged range {start} to {end} crosses the segment's end: not salvaged")
         refuse_batch_units(root, start, end)
         units = live_units(root, queues, start, end)
-        if KINDS[h.kind].kept and not units:
-            raise Refused(f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {start}")
+        if KINDS[h.kind].kept:
+            check_record_units(h, queues, units)
         segment_end = end - base == seg.stat().st_size
         records, new = fill(start, end, units, store_timestamp(seg, base, end), segment_end)
         with seg.open("rb") as f:
