@@ -323,3 +323,17 @@ def test_salvage_is_not_offered_where_it_would_refuse_and_the_verdict_says_why()
     said = "RMQ_SYS_TRANS_HALF_TOPIC/0 queue offset 41: a damaged record of a topic whose records hold the broker's"
     assert v["recover"]["salvage_refused"].startswith(said)
     assert f"SALVAGE refused: {said}" in "\n".join(verdict_lines(dataclasses.replace(report, verdict=v)))
+
+
+def test_salvage_is_not_offered_where_a_batchconsumequeue_unit_points_into_damage() -> None:
+    """A BatchConsumeQueue unit stands for a batch's messages; salvage builds no batch tombstone and refuses, so the
+    verdict names that unit instead of offering salvage."""
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700, count=300)
+    where = {"topic": "TopicBatchCQ", "queue_id": 1, "queue_offset": 125, "count": 1}
+    batch = finding("cq-damaged-entries", "batchconsumequeue/TopicBatchCQ/1/00000000000000000000", "units", **where)
+    v = verdict(typed(report_of(hole.to_dict(), batch.to_dict())))
+    assert v["recover"]["salvage"] == []
+    assert v["recover"]["salvage_refused"] == (
+        "TopicBatchCQ/1 queue offset 125: a BatchConsumeQueue unit points into damaged records; salvage builds no "
+        "batch tombstone"
+    )
