@@ -314,3 +314,5 @@ def test_a_record_whose_queue_id_or_topic_was_changed_is_told_by_the_queue_it_le
     assert found == (("T", 2), Misplaced(2, 3000, 2), ("Tx", 2))
     assert strays({("T", 2): t2, ("T", 3): t3, ("Tx", 2): _ends([2], [3100])}) == []
     assert strays({("T", 2): _ends([0, 1, 2], [1000, 2000, 4000]), ("Tx", 2): alone}) == []
+    lmq = _queue_of([2], [3000])  # an LMQ queue's only record is in its own topic's queue too: no suspect
+    assert loose_ends(lmq, [], lone=False).records == () and strays({("T", 2): t2, ("%LMQ%x", 0): LooseEnds()}) == []

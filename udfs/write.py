@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
+from storelib.constants import LMQ_PREFIX
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
@@ -99,7 +100,7 @@ class _QueueWriter:
             placed = misplaced(q.findings, q.out_of_place)
             queue = (self.topic, self.queue_id)
             findings += [contradicted(queue, m, queue, self.segment_size).to_dict() for m in placed]
-            ends = loose_ends(q, placed)
+            ends = loose_ends(q, placed, lone=not self.topic.startswith(LMQ_PREFIX))
         return {
             "topic": self.topic,
             "queue_id": self.queue_id,

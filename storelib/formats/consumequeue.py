@@ -335,9 +335,10 @@ class LooseEnds:
         return cls(tuple(map(tuple, d["gaps"])), tuple(map(tuple, d["records"])))
 
 
-def loose_ends(q: QueueFiles, resolved: Iterable[Misplaced]) -> LooseEnds:
+def loose_ends(q: QueueFiles, resolved: Iterable[Misplaced], lone: bool = True) -> LooseEnds:
     """The gaps of one queue offset ``misplaced`` did not fill, and the records it did not place: the duplicates
-    dropped, the units out of commitlog order, or the queue's only unit."""
+    dropped, the units out of commitlog order, and with ``lone`` the queue's only unit (not for an LMQ queue: its
+    records are in their own topic's queue too)."""
     placed = {m.commitlog_offset for m in resolved}
     filled = {m.queue_offset for m in resolved}
     gaps = tuple(
@@ -347,7 +348,7 @@ def loose_ends(q: QueueFiles, resolved: Iterable[Misplaced]) -> LooseEnds:
     )
     records = {(f.queue_offset, f.commitlog_offset) for f in q.findings if f.kind == "duplicate-queue-offset"}
     records |= set(q.out_of_place)
-    if q.entries == 1 and q.min_offset is not None:
+    if lone and q.entries == 1 and q.min_offset is not None:
         records.add((q.min_offset, q.last_commitlog_offset))
     return LooseEnds(gaps, tuple(sorted(r for r in records if r[1] not in placed)))
 
