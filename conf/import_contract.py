@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("storelib.broker", 3),
     ("storelib.reports", 4),
     ("storelib.audit", 5),
+    ("storelib.replay", 5),
     ("storelib.synthetic", 6),
     # what executors run
     ("udfs", 10),
@@ -44,12 +45,14 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("jobs.pipeline.rebuild_flow", 33),
     ("jobs.pipeline.convert_flow", 33),
     ("jobs.pipeline.diff_flow", 34),
+    ("jobs.pipeline.replay_source", 34),
     ("jobs.pipeline.audit_flow", 34),
     ("jobs.pipeline.recover_flow", 35),
     ("jobs.pipeline.salvage_flow", 36),
     # the command line, the verbs' entry points, and the archive maker (python -m jobs.runtime.cds: one rebuild)
     ("jobs.cli", 40),
     *((f"jobs.{verb}", 41) for verb in ("generate", "inspect", "rebuild", "audit", "recover", "convert", "diff")),
+    ("jobs.replay", 41),
     ("jobs.runtime.cds", 41),
     ("jobs.demo", 42),
 )

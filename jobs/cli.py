@@ -34,6 +34,7 @@ VERBS = {
     "recover": "put a verified index back into a stopped store, with backup and undo",
     "convert": "turn a DLedger (or mixed) store into a plain CommitLog store with Spark",
     "diff": "compare two stores of one broker by message: what one holds and the other lacks (after a failover)",
+    "replay": "send stored messages (a diff's --out, a store) again to a live cluster, once each (dry run by default)",
     "demo": "generate the demo store once, rebuild, audit, print where the outputs are",
 }
 

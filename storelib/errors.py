@@ -59,6 +59,11 @@ class CannotCompare(RmqStoreError):
     """Two stores could not be compared (exit 2): a damaged log whose records after the damage were not read."""
 
 
+class CannotSend(RmqStoreError):
+    """A replay's client could not be fetched, built or started, or stopped answering (exit 2); what it had sent is
+    in the journal."""
+
+
 class Refused(RmqStoreError):
     """A verb refuses to act on this store (exit 1); the message says why."""
 

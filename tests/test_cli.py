@@ -14,6 +14,7 @@ from storelib.errors import (
     BadInput,
     CannotAudit,
     CannotCompare,
+    CannotSend,
     ConfigError,
     DamageStop,
     HostileNameError,
@@ -25,7 +26,7 @@ from tests.conftest import BROKER_CONF, CLEAN, needs_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the verbs the README documents, each ``rmqstore <verb>`` and ``spark-submit jobs/<verb>.py``
-README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "convert", "diff", "demo"}
+README_VERBS = {"generate", "inspect", "rebuild", "audit", "recover", "convert", "diff", "replay", "demo"}
 
 
 def test_parser_has_every_verb_and_each_is_a_spark_submit_script() -> None:
@@ -47,6 +48,7 @@ def test_parser_has_every_verb_and_each_is_a_spark_submit_script() -> None:
         (ConfigError("not an integer"), 2),
         (CannotAudit("stale rebuild"), 2),
         (CannotCompare("a hole in a log"), 2),
+        (CannotSend("the replay client did not start"), 2),
         (FileNotFoundError("no such file"), 2),
         (PermissionError("denied"), 2),
         (Refused("a broker holds the lock"), 1),

@@ -316,3 +316,20 @@ def test_a_record_whose_queue_id_or_topic_was_changed_is_told_by_the_queue_it_le
     assert strays({("T", 2): _ends([0, 1, 2], [1000, 2000, 4000]), ("Tx", 2): alone}) == []
     lmq = _queue_of([2], [3000])  # an LMQ queue's only record is in its own topic's queue too: no suspect
     assert loose_ends(lmq, [], lone=False).records == () and strays({("T", 2): t2, ("%LMQ%x", 0): LooseEnds()}) == []
+
+
+def test_at_the_write_position_a_unit_below_it_is_skipped_and_one_past_it_written_there() -> None:
+    """Runs in commitlog order, as the 5.1.1 broker's racing LMQ offsets come (tests/test_lmq_race.py): a repeat
+    below the write position is skipped, a unit past it is written there (the skipped offset is not a hole), and a
+    repeat that is no longer below it (after a skip) is written; the first unit stays at its own offset."""
+    q = QueueFiles(100, at_write_position=True)
+    runs = [(3, "ABC"), (5, "D"), (7, "EF"), (8, "G"), (7, "HI"), (8, "JKL")]
+    named = {c: unit(1000 + i, 10, i) for i, c in enumerate("ABCDEFGHIJKL")}
+    files = [f for first, cs in runs for f in q.add_run(first, b"".join(named[c] for c in cs))]
+    files += q.finish()
+    assert files == [
+        ("00000000000000000000", PRE_BLANK * 3 + named["A"] + named["B"]),
+        ("00000000000000000100", b"".join(named[c] for c in "CEFGK")),
+        ("00000000000000000200", named["L"] + bytes(80)),
+    ]
+    assert (q.entries, q.min_offset, q.next_offset, q.findings) == (8, 3, 11, [])

@@ -88,10 +88,10 @@ def test_audit_judges_by_the_given_release(store: Path, tmp_path: Path, capsys) 
 
 
 def test_recover_refuses_only_where_the_releases_allowed_differ(v5_fixture: Path, tmp_path: Path, capsys) -> None:
-    """The real 5.5.0 broker's sample store with index/ lost: its clues allow 5.4.0 or later, whose rows write the
-    same IndexFiles (the real 5.4.0 broker puts topic#T#<TAGS> too): recover writes them with no flag. The same
-    store with config/ lost too allows 5.2.0 or later: 5.2 ... 5.3.x write no tag keys: recover refuses, naming one
-    release of each, and leaves the store as it was."""
+    """The real 5.5.0 broker's sample store with index/ and config/ lost allows 5.2.0 or later: 5.2 ... 5.3.x write
+    no tag keys: recover refuses, naming one release of each, and leaves the store as it was. With config/ back,
+    5.4.0 or later ran last, but its first records may be an older release's (before an in-place upgrade): still
+    refused, saying so; with --broker-version 5.5.0 the broker's own IndexFiles are written."""
     lost = tmp_path / "store"
     shutil.copytree(v5_fixture / "clean", lost)
     shutil.rmtree(lost / "index")
@@ -107,8 +107,12 @@ def test_recover_refuses_only_where_the_releases_allowed_differ(v5_fixture: Path
     assert f"rmqstore recover {' '.join(conf)} --broker-version 5.4.0" in err
     assert tree_digest(lost) == before and not (tmp_path / "backup").exists()
     shutil.copytree(v5_fixture / "clean" / "config", lost / "config")
-    assert rmqstore_main(["recover", *conf]) == 0
-    assert "broker rules 5.4 (detected, releases 5.4.0 or later; verified by" in capsys.readouterr().err
+    before = tree_digest(lost)
+    assert rmqstore_main(["recover", *conf]) == 2
+    err = capsys.readouterr().err
+    assert "5.4.0 or later for the release that ran last but before 4.9.1 or 5.2.0 or later for its first" in err
+    assert tree_digest(lost) == before and not (tmp_path / "backup").exists()
+    assert rmqstore_main(["recover", *conf, "--broker-version", "5.5.0"]) == 0
     assert index_bytes(lost) == index_bytes(v5_fixture / "clean")
 
 

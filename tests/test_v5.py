@@ -23,7 +23,7 @@ from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.broker.detection import Clue, Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.broker.rule_choice import RuleInputs, differences, lmq_writers, select, select_stretches
+from storelib.broker.rule_choice import LMQ_ENDS_KEPT, RuleInputs, differences, lmq_writers, select, select_stretches
 from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
@@ -251,8 +251,14 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
     assert [r.name for r in rules.candidates] == [r.name for r in RULE_SETS]
     assert "no clue in the store" in rules.why
     assert rules.settle(RuleInputs()).settled
-    narrow = select("", StoreFacts(root_entries=frozenset({"rocksdbstore"})))  # 5.4.0 or later
-    assert narrow.settle(RuleInputs(tagged_index_records=1)).settled  # 5.4 and 5.5 write the same files
+    last = StoreFacts(root_entries=frozenset({"rocksdbstore"}))  # 5.4.0 or later ran last
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # an older one may have written them
+        select("", last).settle(RuleInputs(tagged_index_records=1))
+    keys = dataclasses.replace(last, tag_keys_checked=4, tag_keys_found=4)  # keys of a live IndexFile ...
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # ... from later records only
+        select("", keys).settle(RuleInputs(tagged_index_records=1))
+    covered = dataclasses.replace(keys, index_covers_start=True)  # ... from the first one on
+    assert select("", covered).settle(RuleInputs(tagged_index_records=1)).settled  # 5.4 and 5.5 write the same
     with pytest.raises(AmbiguousRelease, match="topic#T#<TAGS>") as e:
         rules.settle(RuleInputs(tagged_index_records=3))
     assert e.value.choices == ["4.0.0", "5.4.0"]  # one release of each rule set that writes other files
@@ -264,6 +270,36 @@ def test_no_clue_allows_every_release_and_settles_only_where_they_write_the_same
     assert "occupied slots, not every put, from 4.7.1 on" in str(e.value)
 
 
+def test_an_index_file_from_the_first_record_on_tells_how_its_slots_were_counted() -> None:
+    """5.2 or later ran last (the store root), its records end with 0x02 as 4.0 … 4.9.0's do: the first records may
+    be a 4.6 broker's, whose hashSlotCount counts every put, unless a live IndexFile from the first record on shows
+    it: no slot two keys share (every release writes it alike), or the count of a file where they share."""
+    facts = StoreFacts(props_records=3, props_ending_02=3, root_entries=frozenset({"timerlog"}))
+    inputs = RuleInputs(index_records=9)
+    with pytest.raises(AmbiguousRelease, match="hashSlotCount"):
+        select("", facts).settle(inputs)
+    covered = dataclasses.replace(facts, index_covers_start=True)
+    assert select("", covered).settle(inputs).settled
+    shared = dataclasses.replace(covered, index_slot_counts=(("f", 9, 10, 9),))  # counts occupied slots
+    assert select("", shared).settle(inputs).settled
+    with pytest.raises(AmbiguousRelease, match="hashSlotCount"):  # a later file's count tells of later records
+        select("", dataclasses.replace(shared, index_covers_start=False)).settle(inputs)
+
+
+def test_batch_queues_without_a_consumequeue_of_their_topic_were_written_by_releases_that_have_them() -> None:
+    """5.0.0 or later ran last (config/); records end without 0x02 as 4.9.1 … 5.1.x's do: a 4.9.x broker before an
+    upgrade would have put a BatchCQ topic's records into consumequeue/<topic>, which the live files lack."""
+    facts = StoreFacts(props_records=3, config_entries=frozenset({"timercheck"}))
+    inputs = RuleInputs(batch_cq_records=5)
+    with pytest.raises(AmbiguousRelease, match="BatchCQ"):
+        select("", facts).settle(inputs)
+    live = dataclasses.replace(facts, consumequeue_entries=frozenset({"TopicA"}), batch_queue_topics=frozenset({"B"}))
+    assert select("", live).settle(inputs).settled
+    both = dataclasses.replace(live, consumequeue_entries=frozenset({"TopicA", "B"}))
+    with pytest.raises(AmbiguousRelease, match="BatchCQ"):
+        select("", both).settle(inputs)
+
+
 def test_clues_bound_the_releases() -> None:
     facts = StoreFacts(root_entries=frozenset({"timerlog"}), props_records=10, props_ending_02=10, tag_keys_checked=4)
     assert detected(facts) == "5.2"
@@ -271,7 +307,8 @@ def test_clues_bound_the_releases() -> None:
     untold = [r.name for r in select("", dataclasses.replace(facts, tag_keys_checked=0)).candidates]
     assert untold == ["5.2", "5.3.1", "5.3.2", "5.4", "5.5"]
     assert detected(dataclasses.replace(facts, tag_keys_found=4)) == "5.4"
-    assert select("", dataclasses.replace(facts, tag_keys_found=4)).settle(RuleInputs(tagged_index_records=4)).settled
+    covered = dataclasses.replace(facts, tag_keys_found=4, index_covers_start=True)  # the live IndexFiles' keys
+    assert select("", covered).settle(RuleInputs(tagged_index_records=4)).settled  # from the first record on
     assert detected(StoreFacts(root_entries=frozenset({"batchconsumequeue"}), props_records=3)) == "5.0"
     below = select("", StoreFacts(props_records=3))  # properties not ending with 0x02: 4.9.1 up to 5.2
     assert [r.name for r in below.candidates] == ["4.9.1", "4.9.3", "5.0", "5.1.1", "5.1.2"]
@@ -305,6 +342,15 @@ def test_a_given_release_wins_and_is_settled() -> None:
         (RuleInputs(lmq_sources=(("TopicOrders", 1),), lmq_path_names=1), {("4.9.1", "4.9.3"), ("5.1.1", "5.1.2")}),
         (RuleInputs(lmq_sources=(("TopicOrders", 2),)), {("4.9.1", "4.9.3")}),  # LMQ from 4.9.3 on
         (RuleInputs(lmq_unprefixed_names=1), set()),  # no record multi-dispatched: the names are never read
+        # LMQ units out of step: written at the write position by the rows 5.0 … 5.2 only
+        (
+            RuleInputs(lmq_sources=(("T", 1),), lmq_out_of_step=1),
+            {("4.9.1", "4.9.3"), ("4.9.3", "5.0"), ("5.2", "5.3.1")},
+        ),
+        (
+            RuleInputs(lmq_sources=(("T", 1),), lmq_ends_unknown=True),
+            {("4.9.1", "4.9.3"), ("4.9.3", "5.0"), ("5.2", "5.3.1")},
+        ),
     ],
 )
 def test_what_makes_two_rule_sets_differ_for_a_store(inputs: RuleInputs, differ: set[tuple[str, str]]) -> None:
@@ -317,6 +363,20 @@ def test_rule_inputs_add_up_and_survive_json() -> None:
     b = RuleInputs(10, 0, (("B", 1),), 0, 1)
     assert a + b == RuleInputs(11, 2, (("A", 1), ("B", 3)), 3, 5)
     assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(a)))) == a
+
+
+def test_lmq_steps_add_up_in_commitlog_order() -> None:
+    """A queue's units keep step within a part and between parts (its last offset, then the next part's first); a
+    repeat, a skip or an earlier offset at the seam is one out of step."""
+    a = RuleInputs(lmq_out_of_step=1, lmq_ends=(("%LMQ%a", 0, 9), ("%LMQ%b", 5, 6)))
+    b = RuleInputs(lmq_ends=(("%LMQ%a", 10, 20), ("%LMQ%c", 3, 3)))
+    c = RuleInputs(lmq_ends=(("%LMQ%a", 20, 21), ("%LMQ%b", 8, 9)))
+    total = a + b + c
+    assert total.lmq_out_of_step == 3  # a's own, a's repeat of 20, b's skip of 7
+    assert total.lmq_ends == (("%LMQ%a", 0, 21), ("%LMQ%b", 5, 9), ("%LMQ%c", 3, 3))
+    assert RuleInputs.from_dict(json.loads(json.dumps(dataclasses.asdict(total)))) == total
+    many = RuleInputs(lmq_ends=tuple((f"%LMQ%{n}", 0, 0) for n in range(LMQ_ENDS_KEPT + 1)))
+    assert (RuleInputs() + many).lmq_ends_unknown and (RuleInputs() + many).lmq_ends == ()
 
 
 def test_contradicting_clues_are_refused() -> None:
@@ -592,7 +652,11 @@ def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> Non
     assert "from commitlog offset 0: broker rules 4.9.3" in rules.line
     assert "from commitlog offset 5,000: broker rules 5.5" in rules.line
     first = first.settle(RuleInputs(lmq_sources=(("SCHEDULE_TOPIC_XXXX", 2), ("TopicOrders", 9))))
-    assert first.settled and rules.settle(RuleInputs(tagged_index_records=4)).settled
+    assert first.settled
+    with pytest.raises(AmbiguousRelease, match="for its first records"):  # 5.2 … 5.4 may have written them first
+        rules.settle(RuleInputs(tagged_index_records=4))
+    keys = dataclasses.replace(facts, tag_keys_checked=4, tag_keys_found=4, index_covers_start=True)
+    assert select_stretches("", keys, stretches).settle(RuleInputs(tagged_index_records=4)).settled
     assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
     with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
         select_stretches("", facts, stretches[1:])

@@ -39,7 +39,7 @@ from storelib.broker.segments import (
     fingerprint,
 )
 from storelib.broker.timers import timer_records
-from storelib.constants import DLEDGER_ENTRY_HEADER, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from storelib.constants import DLEDGER_ENTRY_HEADER, LMQ_PREFIX, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from storelib.formats import batchcq
 from storelib.formats.consumequeue import CQ_STORE_UNIT_SIZE, encode_units
 from storelib.formats.dledger import entry_damage
@@ -105,6 +105,15 @@ def message_rows(segment: str, b: RecordBatch, d: Dispatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([cols[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
 
 
+def _queue_order(names: list[str], code: np.ndarray, first: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Each unit's place in its queue: its queue offset, or in an LMQ queue its record's commitlog offset (the
+    unit's first 8 bytes)."""
+    lmq = np.array([n.startswith(LMQ_PREFIX) for n in names], bool)[code]
+    if not lmq.any():
+        return first
+    return np.where(lmq, units[:, :8].copy().view(">i8").ravel(), first)
+
+
 class PieceUnits:
     """The ConsumeQueue units of a piece's batches, kept until the piece ends (its units are ~3% of its bytes at
     723-byte records): then one scratch file in which each queue's units follow one another (``cq_units_path``),
@@ -112,7 +121,9 @@ class PieceUnits:
     only, not the units (one row per run of consecutive queue offsets, not one per record).
 
     ConsumeQueue and LMQ queues get 20-byte units (queue offset = position); a BatchCQ topic's queues get
-    46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config).
+    46-byte units whose queue offset is msgBaseOffset (the writer knows those topics from the config). A queue's
+    units are in queue offset order, an LMQ queue's in commitlog order (its records' offsets may repeat or leave one
+    out: QueueFiles ``at_write_position`` takes them as the broker dispatches them), so each run is both.
     """
 
     def __init__(self) -> None:
@@ -156,7 +167,7 @@ class PieceUnits:
             if not parts:
                 continue
             code, qid, first, nxt, units = (np.concatenate([p[k] for p in parts]) for k in range(5))
-            order = np.lexsort((first, qid, code))  # stable within a queue: commitlog order
+            order = np.lexsort((_queue_order(names, code, first, units), qid, code))  # stable: commitlog order
             code, qid, first, nxt = code[order], qid[order], first[order], nxt[order]
             new_run = np.ones(len(code), dtype=bool)
             new_run[1:] = (code[1:] != code[:-1]) | (qid[1:] != qid[:-1]) | (first[1:] != nxt[:-1])

@@ -47,7 +47,9 @@ class _QueueWriter:
         self.dense = cfg.dense_queue_offsets(topic)
         self.segment_size = cfg.mappedFileSizeCommitLog
         self.files = (
-            BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue) if self.batch else QueueFiles(cfg.cq_file_size)
+            BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue)
+            if self.batch
+            else QueueFiles(cfg.cq_file_size, at_write_position=cfg.at_write_position(topic))
         )
         self.names: list[str] = []
         self.refused: Finding | None = None
@@ -96,7 +98,7 @@ class _QueueWriter:
             )
         q = self.files
         ends = LooseEnds()
-        if self.dense and isinstance(q, QueueFiles):
+        if self.dense and isinstance(q, QueueFiles) and not q.at_write_position:  # offsets its records claim
             placed = misplaced(q.findings, q.out_of_place)
             queue = (self.topic, self.queue_id)
             findings += [contradicted(queue, m, queue, self.segment_size).to_dict() for m in placed]
@@ -159,7 +161,7 @@ class _PieceFiles:
 
 
 def consume_queue_writer(out_uri: str, scratch: str, cfg: BrokerConfig) -> ArrowMap:
-    """``mapInArrow`` over runs sorted by (topic, queue_id, queue_offset): write every queue's files.
+    """``mapInArrow`` over runs sorted by jobs.pipeline.consume_queues.QUEUE_ORDER: write every queue's files.
 
     Input columns: topic, queue_id, queue_offset (of a run's first unit), count, and where its units are: piece,
     units_at (udfs.parse.PieceUnits). Output: one QUEUE_SUMMARY_SCHEMA row per queue.

@@ -1,5 +1,6 @@
-"""The ConsumeQueue stage on the driver: the parse's runs shuffled by queue, ordered by queue offset, each queue
-streamed into its files by one writer task (udfs.write.consume_queue_writer), in the same Spark job as the parse.
+"""The ConsumeQueue stage on the driver: the parse's runs shuffled by queue, in each queue's order (QUEUE_ORDER),
+each queue streamed into its files by one writer task (udfs.write.consume_queue_writer), in the same Spark job as the
+parse.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import json
 from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from jobs.pipeline.context import Run, spark_schema
@@ -22,12 +22,13 @@ from udfs.schema import QUEUE_SUMMARY_SCHEMA
 from udfs.write import consume_queue_writer, contradicted
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row
+    from pyspark.sql import Column, DataFrame, Row
 
 #: the order a queue's runs are written in: by queue offset, and runs of one queue offset in commitlog order (the
 #: broker dispatches in commitlog order and keeps the first unit of a queue offset), so the files are a function of
-#: the commitlog's bytes, never of the order Spark's shuffle delivers ties in
-QUEUE_ORDER = ("topic", "queue_id", "queue_offset", "commitlog_offset")
+#: the commitlog's bytes, never of the order Spark's shuffle delivers ties in; a queue written at its write position
+#: (BrokerConfig.at_write_position) takes its runs in commitlog order, as the broker dispatches them
+QUEUE_ORDER = ("topic", "queue_id", "dispatch_order", "commitlog_offset")
 
 
 def write_consume_queues(
@@ -40,7 +41,7 @@ def write_consume_queues(
     merges by the bytes the parse produced (one writer task for a nearly empty store).
     """
     written = (
-        appended_at_write_position(runs, run.cfg.appended_topics, run.cfg.appended_lmq)
+        runs.withColumn("dispatch_order", dispatch_order(run.cfg.appended_topics, run.cfg.appended_lmq))
         .repartition("topic", "queue_id")
         .sortWithinPartitions(*QUEUE_ORDER)
         .mapInArrow(consume_queue_writer(staging, scratch, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
@@ -75,18 +76,11 @@ def _queue_record(row: Row) -> QueueRecord:
     return QueueRecord(**{**fields, "files": tuple(row.files)})
 
 
-def appended_at_write_position(runs: DataFrame, topics: tuple[str, ...], lmq: bool = False) -> DataFrame:
-    """The runs with the queue offsets a file ConsumeQueue gives the queues of ``topics``
-    (BrokerConfig.appended_topics), and with ``lmq`` every LMQ queue's (BrokerConfig.appended_lmq): the queue's first
-    unit stays at its record's queue offset, every later run follows the one before (a run is consecutive units,
-    whose records' queue offsets strictly increase)."""
-    if not topics and not lmq:
-        return runs
-    queue = Window.partitionBy("topic", "queue_id")
-    before = queue.orderBy(*QUEUE_ORDER[2:]).rowsBetween(Window.unboundedPreceding, -1)
-    position = F.min("queue_offset").over(queue) + F.coalesce(F.sum("count").over(before), F.lit(0))
+def dispatch_order(topics: tuple[str, ...], lmq: bool) -> Column:
+    """A run's place in its queue: its commitlog offset in the queues written at their write position (those of
+    ``topics``, and with ``lmq`` every LMQ queue: BrokerConfig.at_write_position), else its queue offset."""
     appended = F.col("topic").isin(*topics) | (F.lit(lmq) & F.col("topic").startswith(LMQ_PREFIX))
-    return runs.withColumn("queue_offset", F.when(appended, position).otherwise(F.col("queue_offset")))
+    return F.when(appended, F.col("commitlog_offset")).otherwise(F.col("queue_offset"))
 
 
 def without_segments(

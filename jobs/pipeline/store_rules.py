@@ -390,7 +390,7 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
     them."""
     rules = run.broker_rules[store]
     if not rules.settled_all:
-        summaries = list(summaries)
+        summaries = sorted(summaries, key=lambda s: s.segment)  # commitlog order: RuleInputs add up in it
         if rules.earlier:  # by stretch; a summary without stretch inputs lies in the first stretch
             parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
             inputs = dict(parts)
@@ -446,9 +446,11 @@ def store_facts(
             tagged += index.tagged(b, d)[: TAG_KEY_SAMPLE - len(tagged)]
     held = [h for offset, keys in tagged if (h := index.holds_tag_key(offset, *keys)) is not None]
     live = [(p, h) for p, h in zip(index.paths, headers) if since is None or h.end_phy_offset >= since]
+    first = since if since is not None else _first_record(fs, segments[0]) if segments else 0
     return StoreFacts(
         root_entries=frozenset(i.base_name for i in _entries(fs, root)),
         consumequeue_entries=frozenset(i.base_name for d in ROCKSDB_CQ_DIRS for i in _entries(fs, join(root, d))),
+        batch_queue_topics=frozenset(i.base_name for i in _entries(fs, join(root, BATCH_CONSUMEQUEUE))),
         checkpoint=read_at(fs, join(root, CHECKPOINT), 0, 48),
         **counts,
         tag_keys_found=sum(held),
@@ -457,7 +459,16 @@ def store_facts(
         rocksdb_config=cfg.storeType == "defaultRocksDB",
         lmq_sources=tuple(sorted(lmq_sources)),
         index_slot_counts=_slot_counts(fs, [p for p, _ in live], [h for _, h in live], cfg),
+        index_covers_start=bool(live) and live[0][1].begin_phy_offset <= first,
     )
+
+
+def _first_record(fs: pafs.FileSystem, seg: Segment) -> int:
+    """The commitlog offset of a segment's first record (a DLedger entry's body lies past its header); the
+    segment's start when none frames in its head."""
+    data = read_at(fs, _segment_path(seg), 0, HEAD_BYTES)
+    scanner = SegmentScanner(io.BytesIO(data), seg.name, seg.start, len(data), check_crc=False, framing=seg.framing)
+    return next((int(b.physical_offset[0]) for b in scanner if len(b)), seg.start)
 
 
 def _slot_counts(

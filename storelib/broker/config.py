@@ -115,17 +115,24 @@ class BrokerConfig:
     @property
     def appended_topics(self) -> tuple[str, ...]:
         """RocksDB-era BatchCQ topics a broker with storeType=default (rolled back) holds in plain ConsumeQueues (not
-        BatchCQ in topics.json): ``putMessagePositionInfo`` (4.9.7, 5.3.3, 5.5.0) appends each unit at the queue's
-        write position ("[BUG]logic queue order maybe wrong" when the record's queue offset is past it), so unit n of
-        such a queue is its n-th record."""
+        BatchCQ in topics.json): their records' queue offsets step by INNER_NUM, and the file ConsumeQueue writes
+        each unit at the queue's write position, so unit n of such a queue is its n-th record."""
         if self.rocksdb_consume_queue:
             return ()
         return tuple(t for t in self.rocksdbBatchCQTopics if t not in self.batchCQTopics)
 
     @property
     def appended_lmq(self) -> bool:
-        """LMQ queues hold their units densely, each at the queue's write position (RuleSet.lmq_units_appended)."""
-        return self.multi_dispatch_to_files and self.rules.lmq_units_appended
+        """LMQ queues go into file ConsumeQueues at their write position: a release of the store's whose row says
+        its broker's LMQ offsets may repeat or leave one out (RuleSet.lmq_at_write_position)."""
+        releases = [self.brokerVersion or DEFAULT_RELEASE, *(v for _, v in self.releaseStretches)]
+        return self.multi_dispatch_to_files and any(rules_for(v).lmq_at_write_position for v in releases)
+
+    def at_write_position(self, topic: str) -> bool:
+        """The queues of ``topic`` are written unit by unit at the queue's write position in dispatch (commitlog)
+        order, whatever queue offset a record carries (QueueFiles ``at_write_position``): appended_topics, and
+        LMQ queues under appended_lmq."""
+        return topic in self.appended_topics or (topic.startswith(LMQ_PREFIX) and self.appended_lmq)
 
     @property
     def multi_dispatch_to_files(self) -> bool:

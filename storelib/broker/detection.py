@@ -52,6 +52,16 @@ class Clue:
     detail: str
     spans: tuple[Span, ...]
     weak: str = ""
+    #: it speaks for every record of the range, its first ones included (a fingerprint read off the records, a
+    #: live IndexFile covering the first record); else for the release that ran last only, unless it bounds the
+    #: releases from above (``reaches_back``)
+    whole: bool = False
+
+    @property
+    def reaches_back(self) -> bool:
+        """True when it holds for the records an earlier release wrote too: it speaks for every record, or allows
+        only releases below one (an in-place upgrade goes forward: what ran before ran below it too)."""
+        return self.whole or (len(self.spans) == 1 and self.spans[0][0] == FIRST)
 
     @classmethod
     def at_least(cls, clue: str, detail: str, since: Version) -> Clue:
@@ -81,6 +91,7 @@ class StoreFacts:
 
     root_entries: frozenset[str] = frozenset()
     consumequeue_entries: frozenset[str] = frozenset()  # of consumequeue/ and consumequeue_rocksdb/
+    batch_queue_topics: frozenset[str] = frozenset()  # entries of batchconsumequeue/
     checkpoint: bytes = b""
     v2_records: int = 0  # sampled records with MESSAGE_MAGIC_CODE_V2
     props_records: int = 0  # sampled records with a broker-encoded properties string (broker_encoded)
@@ -96,6 +107,8 @@ class StoreFacts:
     upgraded: bool = False  # the commitlog shows several releases (Stretch): an older one may have left config/ files
     #: of the live IndexFiles whose slots count fewer than their puts: (file, hashSlotCount, puts, occupied slots)
     index_slot_counts: tuple[tuple[str, int, int, int], ...] = ()
+    #: the live IndexFiles begin at or before the range's first record (their clues speak for all of it)
+    index_covers_start: bool = False
 
 
 #: topics only the broker writes records of (transactions, delays, timers)
@@ -287,24 +300,24 @@ def clues(f: StoreFacts) -> list[Clue]:
         out.append(Clue.at_least("v2 magic", text, (5, 1, 0)))
     props = f"{f.props_records} sampled broker-written property strings end with 0x02"
     if f.props_records >= MIN_SAMPLE and f.props_ending_02 == f.props_records:  # fewer tell nothing
-        out.append(Clue("properties end 0x02", f"all {props}", PROPERTIES_END_02))
+        out.append(Clue("properties end 0x02", f"all {props}", PROPERTIES_END_02, whole=True))
     elif f.props_records >= MIN_SAMPLE and f.props_ending_02 == 0:
-        out.append(Clue("properties end 0x02", f"none of {props}", _complement(PROPERTIES_END_02)))
+        out.append(Clue("properties end 0x02", f"none of {props}", _complement(PROPERTIES_END_02), whole=True))
     if f.repeated_name_records:
         text = f"{f.repeated_name_records} sampled record(s) hold a property name twice (batch properties appended)"
         out.append(Clue.below("repeated property", text, (5, 4, 0)))
     if f.crc_property_records:
         out.append(Clue.at_least("__CRC32#", f"{f.crc_property_records} sampled record(s) hold __CRC32#", v52))
-    out += slot_count_clues(f.index_slot_counts)
+    index = slot_count_clues(f.index_slot_counts)
     if f.tag_keys_checked:
         found, n, since = f.tag_keys_found or 0, f.tag_keys_checked, first_with("index_tag_keys")
         if found == n:
             text = f"a live IndexFile's topic#T#<TAGS> keys lead to all {n} sampled tagged messages"
-            out.append(Clue.at_least("index tag keys", text, since))
+            index.append(Clue.at_least("index tag keys", text, since))
         elif found == 0:
             text = f"a live IndexFile's topic#T#<TAGS> keys lead to none of {n} sampled tagged messages"
-            out.append(Clue.below("index tag keys", text, since))
-    return out
+            index.append(Clue.below("index tag keys", text, since))
+    return out + [dataclasses.replace(c, whole=f.index_covers_start) for c in index]
 
 
 def slot_count_clues(counts: tuple[tuple[str, int, int, int], ...]) -> list[Clue]:
@@ -331,6 +344,14 @@ class Releases:
     spans: tuple[Span, ...]
     clues: tuple[Clue, ...] = ()
     set_aside: tuple[Clue, ...] = ()
+    #: the releases that may have written some part of the range: the clues that reach back (``Clue.reaches_back``)
+    #: up to the last release ``spans`` allows (None: ``spans``). A clue of the release that ran last (config/,
+    #: the store root, the checkpoint, a sampled record) says nothing of what an older one wrote before an
+    #: in-place upgrade, which leaves no other trace where the records of both read alike.
+    any_part: tuple[Span, ...] | None = None
+    #: RuleSet fields in which the rows allowed write nothing different for this store, as its live files show
+    #: (``alike``)
+    alike: frozenset[str] = frozenset()
 
     @classmethod
     def between(cls, low: Version, high: Version | None = None) -> Releases:
@@ -347,6 +368,13 @@ class Releases:
 
     def holds(self, v: Version) -> bool:
         return any(lo <= v < hi for lo, hi in self.spans)
+
+    @property
+    def widened(self) -> Releases:
+        """The releases that may have written some part of the range (``any_part``), with these clues."""
+        if self.any_part is None or self.any_part == self.spans:
+            return self
+        return dataclasses.replace(self, spans=self.any_part, any_part=None)
 
     @property
     def candidates(self) -> tuple[RuleSet, ...]:
@@ -393,7 +421,25 @@ def releases(f: StoreFacts) -> Releases:
                 spans = narrower
             else:
                 aside.append(c)
-    return Releases(spans, found, tuple(aside))
+    back: tuple[Span, ...] = ((FIRST, spans[-1][1]),)
+    for c in found:
+        if c.reaches_back and not c.weak:
+            back = intersect(back, c.spans)
+    return Releases(spans, found, tuple(aside), back, alike(f))  # every strong clue narrows spans: inside back
+
+
+def alike(f: StoreFacts) -> frozenset[str]:
+    """RuleSet fields whose rows write alike for this store, as its live files show. ``hash_slot_every_put``: no
+    live IndexFile from the first record on has a slot two keys share, so every put occupies its own.
+    ``batch_cq``: every topic of batchconsumequeue/ lacks a consumequeue/ directory (a release before 5.0.0 puts
+    a BatchCQ topic's records there), so every release that wrote its records wrote them to batchconsumequeue/."""
+    out = set()
+    if f.index_covers_start and not f.index_slot_counts:
+        out.add("hash_slot_every_put")
+    files = f.consumequeue_entries and not is_rocksdb(f.consumequeue_entries)
+    if files and f.batch_queue_topics and not f.batch_queue_topics & f.consumequeue_entries:
+        out.add("batch_cq")
+    return frozenset(out)
 
 
 def tag_key_spans(found: bool) -> tuple[Span, ...]:

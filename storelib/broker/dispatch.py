@@ -22,11 +22,12 @@ import collections
 import dataclasses
 import re
 import zlib
+from typing import Any
 
 import numpy as np
 
 from storelib.broker.config import BrokerConfig
-from storelib.broker.rule_choice import RuleInputs
+from storelib.broker.rule_choice import LMQ_ENDS_KEPT, RuleInputs
 from storelib.broker.versions import CRC32_PIECE
 from storelib.constants import (
     INT32_MAX,
@@ -271,7 +272,28 @@ def rule_inputs(d: Dispatch, cfg: BrokerConfig) -> RuleInputs:
         lmq_path_names=sum("/" in n for n in names),
         index_records=int(d.to_index.sum()),
         split_pair_records=d.split_pair_records,
+        **lmq_steps(d.lmq),
     )
+
+
+def lmq_steps(lmq: LmqUnits) -> dict[str, Any]:
+    """The RuleInputs fields of a batch's LMQ units, each queue's in commitlog order: the units whose offset is not
+    one past the unit before them in their queue, and each queue's first and last offset."""
+    if not lmq.queue:
+        return {}
+    names, code = np.unique(np.array(lmq.queue, dtype=object), return_inverse=True)
+    order = np.lexsort((lmq.record, code))
+    code, offset = code[order], lmq.queue_offset[order]
+    same = code[1:] == code[:-1]
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    ends = np.append(starts[1:], len(code)) - 1
+    first, last = offset[starts].tolist(), offset[ends].tolist()
+    unknown = len(starts) > LMQ_ENDS_KEPT
+    return {
+        "lmq_out_of_step": int((same & (offset[1:] != offset[:-1] + 1)).sum()),
+        "lmq_ends": () if unknown else tuple(zip(names[code[starts]].tolist(), first, last)),
+        "lmq_ends_unknown": unknown,
+    }
 
 
 def _with_tag_keys(

@@ -15,10 +15,17 @@ from storelib.broker.detection import Releases, StoreFacts, Stretch, earlier_rel
 from storelib.broker.versions import RuleSet, Version, parse_version, rules_for, version_text
 from storelib.errors import AmbiguousRelease, ConfigError
 
+#: the LMQ queues whose first and last offsets a RuleInputs keeps to judge the step between two of its parts; past
+#: this many the steps across parts are unknown (and taken as possibly out of step)
+LMQ_ENDS_KEPT = 10_000
+
 
 @dataclasses.dataclass(frozen=True)
 class RuleInputs:
-    """A store's records that the rule sets of different releases dispatch differently (counted by the parse)."""
+    """A store's records that the rule sets of different releases dispatch differently (counted by the parse).
+
+    Summed in commitlog order: an LMQ queue's units are out of step where one's offset is not one past the unit
+    before it (a repeat, a skip, an earlier offset), within a part and between two parts (by ``lmq_ends``)."""
 
     tagged_index_records: int = 0  # records put into the IndexFile that hold TAGS (5.4.0 adds topic#T#<TAGS>)
     batch_cq_records: int = 0  # ConsumeQueue records of queue.type=BatchCQ topics (5.0.0+: batchconsumequeue/)
@@ -27,10 +34,16 @@ class RuleInputs:
     lmq_path_names: int = 0  # names holding "/" (5.1.2+ skip them)
     index_records: int = 0  # records put into the IndexFile (hashSlotCount counts every put before 4.7.1)
     split_pair_records: int = 0  # records with a dispatched property value holding 0x01 (before 4.9.1: no property)
+    lmq_out_of_step: int = 0  # LMQ units whose offset is not one past their queue's unit before (commitlog order)
+    lmq_ends: tuple[tuple[str, int, int], ...] = ()  # (LMQ queue, first offset, last offset), by queue name
+    lmq_ends_unknown: bool = False  # more than LMQ_ENDS_KEPT queues: steps between parts not judged
 
     def __add__(self, other: RuleInputs) -> RuleInputs:
+        """These inputs, then ``other``'s (the commitlog after them)."""
         sources = collections.Counter(dict(self.lmq_sources))
         sources.update(dict(other.lmq_sources))
+        steps, ends = self._lmq_seams(other)
+        unknown = self.lmq_ends_unknown or other.lmq_ends_unknown or len(ends) > LMQ_ENDS_KEPT
         return RuleInputs(
             self.tagged_index_records + other.tagged_index_records,
             self.batch_cq_records + other.batch_cq_records,
@@ -39,27 +52,45 @@ class RuleInputs:
             self.lmq_path_names + other.lmq_path_names,
             self.index_records + other.index_records,
             self.split_pair_records + other.split_pair_records,
+            steps,
+            () if unknown else ends,
+            unknown,
         )
+
+    def _lmq_seams(self, other: RuleInputs) -> tuple[int, tuple[tuple[str, int, int], ...]]:
+        """The LMQ units out of step in both, and where ``other``'s queues do not go on from these' last offsets;
+        the queues' ends over both."""
+        steps = self.lmq_out_of_step + other.lmq_out_of_step
+        if not self.lmq_ends or not other.lmq_ends:
+            return steps, self.lmq_ends or other.lmq_ends
+        ends = {q: (first, last) for q, first, last in self.lmq_ends}
+        for q, first, last in other.lmq_ends:
+            steps += q in ends and first != ends[q][1] + 1
+            ends[q] = (ends[q][0] if q in ends else first, last)
+        return steps, tuple((q, *ends[q]) for q in sorted(ends))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RuleInputs:  # a JSON object
         sources = tuple((str(t), int(n)) for t, n in d.get("lmq_sources") or ())
-        return cls(**{**d, "lmq_sources": sources})
+        ends = tuple((str(q), int(first), int(last)) for q, first, last in d.get("lmq_ends") or ())
+        return cls(**{**d, "lmq_sources": sources, "lmq_ends": ends})
 
 
-def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
-    """Why rule sets ``a`` and ``b`` write different files for a store with ``inputs``."""
+def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs, alike: frozenset[str] = frozenset()) -> list[str]:
+    """Why rule sets ``a`` and ``b`` write different files for a store with ``inputs`` (``alike``: fields the live
+    files show every row writes alike for it, storelib.broker.detection.Releases)."""
     out = []
     later = version_text(max(a.first, b.first))
     since = f"from {later} on"
     if a.index_tag_keys != b.index_tag_keys and inputs.tagged_index_records:
         out.append(f"{inputs.tagged_index_records:,} tagged message(s) get a topic#T#<TAGS> IndexFile key {since}")
-    if a.hash_slot_every_put != b.hash_slot_every_put and inputs.index_records:
+    slots = a.hash_slot_every_put != b.hash_slot_every_put and "hash_slot_every_put" not in alike
+    if slots and inputs.index_records:
         out.append(f"the IndexFile header's hashSlotCount counts occupied slots, not every put, {since}")
     if a.properties_split_pairs != b.properties_split_pairs and inputs.split_pair_records:
         n = inputs.split_pair_records
         out.append(f"{n:,} record(s) hold a property whose value has 0x01 (a pair split in three: none before {later})")
-    if a.batch_cq != b.batch_cq and inputs.batch_cq_records:
+    if a.batch_cq != b.batch_cq and "batch_cq" not in alike and inputs.batch_cq_records:
         out.append(f"{inputs.batch_cq_records:,} record(s) of BatchCQ topics go to batchconsumequeue/ {since}")
     moved = [t for t, _ in inputs.lmq_sources if a.lmq_source_allowed(t) != b.lmq_source_allowed(t)]
     if moved:
@@ -70,6 +101,12 @@ def differences(a: RuleSet, b: RuleSet, inputs: RuleInputs) -> list[str]:
         out.append(f"{inputs.lmq_unprefixed_names:,} LMQ name(s) without %LMQ% are skipped {since}")
     if sources and a.lmq_skip_path_names != b.lmq_skip_path_names and inputs.lmq_path_names:
         out.append(f"{inputs.lmq_path_names:,} LMQ name(s) holding '/' are skipped {since}")
+    if sources and a.lmq_at_write_position != b.lmq_at_write_position and inputs.lmq_out_of_step:
+        by = a.name if a.lmq_at_write_position else b.name
+        n = inputs.lmq_out_of_step
+        out.append(f"{n:,} LMQ unit(s) out of step with their queue are written at its write position by rule set {by}")
+    elif sources and a.lmq_at_write_position != b.lmq_at_write_position and inputs.lmq_ends_unknown:
+        out.append(f"more than {LMQ_ENDS_KEPT:,} LMQ queues: whether their units keep step was not judged")
     return out
 
 
@@ -118,24 +155,26 @@ class BrokerRules:
         if self.settled:
             return self
         assert self.releases is not None
-        writers, because = lmq_writers(self.releases, inputs)
+        scope = self.releases.widened
+        writers, because = lmq_writers(scope, inputs)
         if not writers:
             raise ConfigError(
                 f"the store's records contradict its clues for {self.covers} ({self.why}; {because}). Nothing was "
                 "written: give the release with --broker-version X.Y.Z"
             )
         rules = self.rules
-        chain = [rules, *(r for r in writers if r is not rules)]  # each difference said once, where it changes
-        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs)))
+        chain = list(writers) if rules in writers else [rules, *writers]  # each difference said once, where it changes
+        alike = scope.alike
+        diffs = list(dict.fromkeys(d for a, b in itertools.pairwise(chain) for d in differences(a, b, inputs, alike)))
         classes: list[RuleSet] = []  # one row of each set of writers that write the same files
         for r in writers:
-            if all(differences(c, r, inputs) for c in classes):
+            if all(differences(c, r, inputs, alike) for c in classes):
                 classes.append(r)
-        choices = [version_text(self.releases.lowest_of(r)) or "" for r in classes]
+        choices = [version_text(scope.lowest_of(r)) or "" for r in classes]
         if diffs:
             raise AmbiguousRelease(
                 f"the store cannot tell which broker release wrote it: for {self.covers} its clues allow "
-                f"{self.releases.text} ({self.why}{'; ' + because if because else ''}), and those releases write "
+                f"{self._allowed_text} ({self.why}{'; ' + because if because else ''}), and those releases write "
                 f"different files for this store: {'; '.join(diffs)}. Nothing was written: give the release with "
                 "--broker-version X.Y.Z",
                 choices,
@@ -150,6 +189,20 @@ class BrokerRules:
         why = self.why + (f"; {because}" if because else "")
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
         return dataclasses.replace(self, settled=True, why=why)
+
+    @property
+    def _allowed_text(self) -> str:
+        """The releases that may have written the range, and, when its first records' clues allow more than the
+        last release's, why."""
+        assert self.releases is not None
+        scope = self.releases.widened
+        if scope is self.releases:
+            return self.releases.text
+        return (
+            f"{self.releases.text} for the release that ran last but {scope.text} for its first records (nothing "
+            "left in the store tells whether an older release wrote them before an in-place upgrade: give the "
+            "release only if that one wrote all of it)"
+        )
 
     @property
     def lowest_release(self) -> str:
@@ -265,5 +318,5 @@ def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, versio
     cands = found.candidates
     writers = [r for r in cands if all(r.lmq_offsets_given(t) for t in facts.lmq_sources)] or list(cands)
     rules = ([r for r in writers if r.verified] or writers)[0]
-    settled = len(cands) == 1 and rules.verified
+    settled = len(found.widened.candidates) == 1 and rules.verified
     return BrokerRules(rules, source, why, found, settled=settled, version=version)

@@ -14,10 +14,13 @@ says so when ``--broker-version`` asks for it.
 - 4.7.1: hashSlotCount counts occupied slots only. 4.9.1: pairs split at the first 0x01.
 - 4.9.3: LMQ: every INNER_MULTI_DISPATCH name gets an offset and no source topic is excluded (the
   SCHEDULE_TOPIC_XXXX copy of a delayed LMQ message is dispatched to the LMQ queues too).
-- 5.0: BatchConsumeQueue for ``queue.type=BatchCQ`` topics; LMQ offsets only for ``%LMQ%`` names.
+- 5.0: BatchConsumeQueue for ``queue.type=BatchCQ`` topics; LMQ offsets only for ``%LMQ%`` names, assigned under the
+  source queue's lock only (racing appends repeat or skip them): LMQ units go at the queue's write position.
 - 5.1.1: LMQ skips ``%RETRY%*`` source topics. 5.1.2: also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX, and
   names holding a path separator.
-- 5.2: LMQ skips every ``rmq_sys_*`` source topic; properties end with 0x02; optional ``__CRC32#``.
+- 5.2: LMQ skips every ``rmq_sys_*`` source topic, whose appends still get offsets; properties end with 0x02; optional
+  ``__CRC32#``.
+- 5.3.1: appends give no LMQ offset to copies dispatch skips (and from 5.2.0 none race): LMQ units at their offsets.
 - 5.4: a third index key ``topic#T#<TAGS>`` after the KEYS tokens.
 """
 
@@ -66,6 +69,10 @@ class RuleSet:
     recover_crash: str  # CommitLog.recoverAbnormally's start segment rule
     recover_max_num: bool  # commitLogRecoverMaxNum bounds how many segments the start search looks at (5.5.0+)
     reput_after_normal: bool  # recoverNormally dispatches nothing; the reput service does, from the CQs' max (4.x)
+    #: LMQ offsets that repeat or leave one out are the broker's own, and its file ConsumeQueue writes each LMQ unit at
+    #: the queue's write position (storelib.formats.consumequeue.QueueFiles ``at_write_position``): the rows whose
+    #: broker's %LMQ% files showed it (5.0.0+: offsets assigned under the source queue's lock only)
+    lmq_at_write_position: bool
 
     @property
     def verified(self) -> bool:
@@ -86,17 +93,6 @@ class RuleSet:
             and topic not in self.lmq_offset_skip_topics
             and not topic.startswith(self.lmq_offset_skip_prefixes)
         )
-
-    @property
-    def lmq_units_appended(self) -> bool:
-        """Appends give LMQ offsets to records of source topics dispatch then skips (5.2.0 … 5.3.0: offsets for
-        rmq_sys_* and SCHEDULE_TOPIC_XXXX, whose copies ConsumeQueue.putMessagePositionInfoWrapper never
-        multi-dispatches): the next unit's offset is past the queue's write position, and the file ConsumeQueue
-        appends it there ("[BUG]logic queue order maybe wrong"), so an LMQ queue holds its units densely. The
-        5.2.0 broker's own %LMQ% queues show it (tests/broker/FACTS.md)."""
-        prefixes = [p for p in self.lmq_skip_source_prefixes if p not in self.lmq_offset_skip_prefixes]
-        topics = [t for t in self.lmq_skip_source_topics if t not in self.lmq_offset_skip_topics]
-        return self.multi_dispatch and bool(prefixes or [t for t in topics if not t.startswith(tuple(prefixes))])
 
     @property
     def recovery(self) -> tuple[str, str, bool, bool]:
@@ -136,6 +132,7 @@ _FIRST_ROW = RuleSet(
     recover_crash=TIMESTAMP,
     recover_max_num=False,
     reput_after_normal=True,
+    lmq_at_write_position=False,
 )
 #: what each row changes from the one before it (name, first release, the real brokers that verified it, changes);
 #: the jar facts behind each change: tests/broker/FACTS.md
@@ -152,6 +149,7 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
             "batch_cq": True,
             "schedule_tagscode_quirk": False,
             "reput_after_normal": False,
+            "lmq_at_write_position": True,
         },
     ),
     (
@@ -184,7 +182,11 @@ _CHANGES: tuple[tuple[str, Version, tuple[str, ...], dict[str, object]], ...] = 
         "5.3.1",
         (5, 3, 1),
         ("5.3.1",),
-        {"lmq_offset_skip_prefixes": (_RETRY, _SYS), "lmq_offset_skip_topics": (_SCHEDULE,)},
+        {
+            "lmq_offset_skip_prefixes": (_RETRY, _SYS),
+            "lmq_offset_skip_topics": (_SCHEDULE,),
+            "lmq_at_write_position": False,
+        },
     ),
     ("5.3.2", (5, 3, 2), ("5.3.2", "5.3.3"), {"recover_normal": CQ_OFFSET}),
     ("5.4", (5, 4, 0), ("5.4.0",), {"index_tag_keys": True}),

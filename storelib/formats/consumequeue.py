@@ -156,9 +156,16 @@ class Misplaced:
 
 @dataclasses.dataclass
 class QueueFiles:
-    """Builds one queue's files from entries ordered by queue offset, one full file at a time."""
+    """Builds one queue's files from entries ordered by queue offset, one full file at a time.
+
+    ``at_write_position``: runs come in dispatch (commitlog) order and each unit goes where
+    ``ConsumeQueue.putMessagePositionInfo`` puts it (the 4.9.7 … 5.5.0 jars alike): a unit whose queue offset is
+    below the queue's write position is skipped ("Build consume queue repeatedly"), one past it is written at the
+    write position ("[BUG]logic queue order maybe wrong"); the queue's first unit at its own offset (pre-blank).
+    """
 
     file_size: int
+    at_write_position: bool = False
     findings: list[QueueFinding] = dataclasses.field(default_factory=list)
     entries: int = 0
     min_offset: int | None = None  # first queue offset written
@@ -227,8 +234,12 @@ class QueueFiles:
     def add_run(self, first_queue_offset: int, units: bytes) -> Iterator[tuple[str, bytes]]:
         """Take encoded units for consecutive queue offsets from ``first_queue_offset``; yield completed files.
 
-        The common case (the run continues the queue) is copied as is; anything else goes through ``add``.
+        The common case (the run continues the queue) is copied as is; anything else goes through ``add``. At the
+        write position, the run's units below it are skipped and the rest continue the queue.
         """
+        if self.at_write_position and self.next_offset is not None:
+            skipped = max(0, self.next_offset - first_queue_offset)
+            units, first_queue_offset = units[skipped * CQ_STORE_UNIT_SIZE :], self.next_offset
         n = len(units) // CQ_STORE_UNIT_SIZE
         if n == 0:
             return

@@ -80,6 +80,10 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # Timers.java instead of the workload: timers and delay levels still pending at the stop, behind 2,080-byte
     # timerlog files (39 units each) so their units lie before the broker's timerlog recovery window
     "timers": ({"mappedFileSizeTimerLog": "2080"}, tuple(v for v in VERSIONS if v >= "5")),
+    # LmqRace.java instead of the workload: threads sending to their own queues of one topic, naming the same LMQ
+    # queues at once. The releases whose appends then gave LMQ offsets out of step (repeats, skips, a lower offset
+    # after a higher one); 4.9.7, 5.2.0, 5.3.0 … 5.5.0 gave them in step (tests/broker/FACTS.md)
+    "lmq-race": ({}, ("5.0.0", "5.1.0", "5.1.1", "5.1.3", "5.1.4")),
     # a master (ASYNC_MASTER, brokerId 0) and its slave (SLAVE, brokerId 1) of one brokerName: Failover.java's sends,
     # the slave paused (SIGSTOP) part way, then the master killed -9; store/ is the old master's, slave/store/ the
     # slave's (FAILOVER_*)
@@ -87,6 +91,8 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
 }
 #: variants sent by Timers.java (mode send), not Workload.java
 TIMER_VARIANTS = ("timers",)
+#: variants sent by LmqRace.java, not Workload.java
+LMQ_RACE_VARIANTS = ("lmq-race",)
 #: variants whose workload is then consumed by Consumers.java (consumed.jsonl: every delivery)
 CONSUMER_VARIANTS = ("consumers",)
 # variants first written in file mode (the workload once, sent-filemode.jsonl), then by the same broker switched
@@ -232,6 +238,7 @@ def sources_hash(version: str, variant: str) -> str:
     h = hashlib.sha256()
     own = {
         **dict.fromkeys(TIMER_VARIANTS, "Timers.java"),
+        **dict.fromkeys(LMQ_RACE_VARIANTS, "LmqRace.java"),
         **dict.fromkeys(FAILOVER_VARIANTS, "Failover.java"),
         **dict.fromkeys(CONSUMER_VARIANTS, "Consumers.java"),
     }
@@ -282,9 +289,11 @@ def client_lib(version: str) -> Path:
 
 
 def workload_classes(version: str) -> Path:
-    """Workload.java, Served.java, Bench.java (make bench's sends), Timers.java, Consumers.java and Failover.java
-    compiled against this version's client jars (once per source hash)."""
-    sources = [HERE / f"{name}.java" for name in ("Workload", "Served", "Bench", "Timers", "Consumers", "Failover")]
+    """Workload.java, Served.java, Bench.java (make bench's sends), Timers.java, Consumers.java, Failover.java and
+    LmqRace.java compiled against this version's client jars (once per source hash)."""
+    sources = [
+        HERE / f"{name}.java" for name in ("Workload", "Served", "Bench", "Timers", "Consumers", "Failover", "LmqRace")
+    ]
     digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources)).hexdigest()[:12]
     out = CACHE / "broker" / version / f"workload-{digest}"
     if not (out / "Served.class").is_file():
@@ -392,13 +401,15 @@ class Running:
 
     def workload(self, mode: str, *args: str) -> list[str]:
         """The command line of Workload.java's `mode` (or of Served.java: mode "served"; Bench.java: "bench";
-        Timers.java: "timers"; Consumers.java: "consumers"; Failover.java: "failover") against this broker."""
+        Timers.java: "timers"; Consumers.java: "consumers"; Failover.java: "failover"; LmqRace.java: "lmq-race") against
+        this broker."""
         cp = f"{workload_classes(self.version)}:{client_lib(self.version)}/*"
         addrs = [f"namesrv={self.namesrv_addr}", f"broker={self.broker_addr}", f"brokerName={self.broker_name}"]
         own = {
             "served": "Served",
             "bench": "Bench",
             "timers": "Timers",
+            "lmq-race": "LmqRace",
             "consumers": "Consumers",
             "failover": "Failover",
         }
@@ -588,6 +599,8 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
             _write_failover(broker, work, settings, seed)
         elif variant in TIMER_VARIANTS:
             broker.run_workload("timers", "send", f"out={work / 'sent.jsonl'}", f"seed={seed}", timeout=180)
+        elif variant in LMQ_RACE_VARIANTS:
+            broker.run_workload("lmq-race", f"out={work / 'sent.jsonl'}", timeout=180)
         else:
             _send_workload(broker, work, variant in KILL9_VARIANTS, seed, batchcq=first_run)
         if variant in CONSUMER_VARIANTS:
