@@ -250,10 +250,12 @@ KINDS: dict[str, Kind] = {
     "crc-property-mismatch": Kind(
         _LOG,
         "warning",
-        "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly)",
+        "a record whose __CRC32# property (5.2+) does not match its bytes (kept: it frames correctly; the broker's "
+        "recovery checks it only with forceVerifyPropCRC, else serves it as sound)",
         record_damage=True,
         kept=True,
         recovery=PROPERTY_CRC,
+        salvaged=True,
     ),
     "length-mismatch": Kind(
         _LOG,
@@ -307,6 +309,17 @@ KINDS: dict[str, Kind] = {
         _LOG, "error", "two records of one queue claim the same queue offset", index_build=True
     ),
     "queue-offset-gap": Kind(_LOG, "error", "queue offsets of a queue's records are not dense", index_build=True),
+    "queue-header-contradicted": Kind(
+        _LOG,
+        "error",
+        "a record whose QUEUEOFFSET, QUEUEID or topic (no CRC covers them) contradicts a queue: its records before and "
+        "after it in the log leave one queue offset free, and it alone lies between them out of place (the broker "
+        "serves it there as sound)",
+        index_build=True,
+        record_damage=True,
+        kept=True,
+        salvaged=True,
+    ),
     # IndexFile
     "index-header-inconsistent": Kind(
         _INDEX, "error", "an IndexFile header disagrees with the file's slots and entries", True

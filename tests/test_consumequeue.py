@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from storelib.formats import batchcq
 from storelib.formats.consumequeue import (
     CONSUME_QUEUE,
+    LooseEnds,
+    Misplaced,
     QueueFiles,
     QueueFinding,
     build_queue_files,
@@ -20,6 +22,9 @@ from storelib.formats.consumequeue import (
     encode_units,
     file_start,
     is_pre_blank,
+    loose_ends,
+    misplaced,
+    strays,
 )
 from tests.roundtrip import assert_roundtrip
 
@@ -193,7 +198,7 @@ def test_queue_offset_gaps_are_reported(feed: str) -> None:
     entries = [(0, 10, 1, 0), (1, 20, 1, 0), (4, 50, 1, 0), (5, 60, 1, 0)]
     for splits in ([2], [2]) if feed == "add_run" else ([], [2]):
         q, files = queue_files(entries, splits, feed=feed)
-        assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50)]
+        assert q.findings == [QueueFinding("queue-offset-gap", 2, 2, 50, 20)]
         # every entry sits at its own queue offset: entry n at logical byte offset n * 20
         assert files == [
             ("00000000000000000000", unit(10, 1, 0) + unit(20, 1, 0) + bytes(40) + unit(50, 1, 0)),
@@ -237,6 +242,80 @@ def test_queue_files_match_the_reference(queue, splits: list[int], feed: str) ->
 
 
 # --- names that become paths -----------------------------------------------------------------------
+
+
+def _queue_of(claims: list[int], offsets: list[int]) -> QueueFiles:
+    """A queue built as the rebuild's writer builds it: records at commitlog ``offsets`` (ascending) claiming
+    ``claims``, sorted by queue offset (ties: commitlog order) and fed as runs of consecutive queue offsets."""
+    sizes = [100] * len(offsets)
+    order = sorted(range(len(claims)), key=lambda i: (claims[i], i))
+    q = QueueFiles(600)
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and claims[i] == claims[runs[-1][-1]] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run in runs:
+        at, size = np.array(offsets)[run], np.array(sizes, np.int32)[run]
+        units = encode_units(at, size, np.zeros(len(run), np.int64))
+        list(q.add_run(claims[run[0]], units))
+    list(q.finish())
+    return q
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_record_whose_queue_offset_was_changed_is_told_by_its_neighbours(data: st.DataObject) -> None:
+    """Round trip: a dense queue in commitlog order, one record (not the first or last) made to claim any other
+    queue offset; ``misplaced`` names exactly that record, at the queue offset its neighbours leave free. The
+    undamaged queue names none."""
+    n = data.draw(st.integers(3, 40))
+    first = data.draw(st.integers(0, 1000))
+    sizes = data.draw(st.lists(st.integers(100, 400), min_size=n, max_size=n))
+    k = data.draw(st.integers(1, n - 2))
+    claimed = data.draw(st.integers(0, first + n + 300).filter(lambda c: c != first + k))
+    claims = list(range(first, first + n))
+    offsets = [4096 + sum(sizes[:i]) for i in range(n)]
+    sound = _queue_of(claims, offsets)
+    assert misplaced(sound.findings, sound.out_of_place) == []
+    claims[k] = claimed
+    q = _queue_of(claims, offsets)
+    offset = offsets[k]
+    assert [(m.queue_offset, m.commitlog_offset, m.claimed) for m in misplaced(q.findings, q.out_of_place)] == [
+        (first + k, offset, claimed)
+    ]
+
+
+def test_a_gap_that_two_records_could_fill_names_neither() -> None:
+    """Two records between the units around a gap are out of place: which one belongs there cannot be told."""
+    gap = QueueFinding("queue-offset-gap", 5, 1, 9000, 8000)
+    out_of_place = [(40, 8100), (41, 8200)]
+    assert misplaced([gap], out_of_place) == []
+    assert [m.commitlog_offset for m in misplaced([gap], out_of_place[:1])] == [8100]
+
+
+def _ends(claims: list[int], offsets: list[int]) -> LooseEnds:
+    q = _queue_of(claims, offsets)
+    return loose_ends(q, misplaced(q.findings, q.out_of_place))
+
+
+def test_a_record_whose_queue_id_or_topic_was_changed_is_told_by_the_queue_it_left() -> None:
+    """T/2's records at 1000, 2000, 4000 claim 0, 1, 3: the record between 2000 and 4000 went elsewhere. The one record
+    out of place in another queue that lies there is it: a repeat in T/3 (QUEUEID), or the only record of a queue
+    (topic). Two such records: neither can be told from the other."""
+    t2 = _ends([0, 1, 3], [1000, 2000, 4000])
+    t3 = _ends([0, 1, 1, 2], [1500, 2500, 3000, 3500])  # the record at 3000 repeats queue offset 1
+    alone = _ends([2], [3000])
+    sound = _ends([0, 1, 2], [1200, 2200, 3200])
+    (found,) = strays({("T", 2): t2, ("T", 3): t3, ("U", 0): sound})
+    assert found == (("T", 2), Misplaced(2, 3000, 1), ("T", 3))
+    (found,) = strays({("T", 2): t2, ("Tx", 2): alone, ("U", 0): sound})
+    assert found == (("T", 2), Misplaced(2, 3000, 2), ("Tx", 2))
+    assert strays({("T", 2): t2, ("T", 3): t3, ("Tx", 2): _ends([2], [3100])}) == []
+    assert strays({("T", 2): _ends([0, 1, 2], [1000, 2000, 4000]), ("Tx", 2): alone}) == []
+    lmq = _queue_of([2], [3000])  # an LMQ queue's only record is in its own topic's queue too: no suspect
+    assert loose_ends(lmq, [], lone=False).records == () and strays({("T", 2): t2, ("%LMQ%x", 0): LooseEnds()}) == []
 
 
 def test_at_the_write_position_a_unit_below_it_is_skipped_and_one_past_it_written_there() -> None:

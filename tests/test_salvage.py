@@ -111,7 +111,7 @@ def test_a_tombstone_smaller_than_its_fields_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "hinted"), [("damaged-records", True), ("crc-mismatch", True), ("crc-property-mismatch", False)]
+    ("kind", "hinted"), [("damaged-records", True), ("crc-mismatch", True), ("crc-property-mismatch", True)]
 )
 def test_the_plan_points_damaged_records_to_salvage(kind: str, hinted: bool) -> None:
     """recover's plan leaves damaged records alone and names the option that rewrites them."""
@@ -167,3 +167,41 @@ def test_fewer_bytes_after_the_last_unit_than_a_blank_takes_are_refused(left: in
     """The broker appends a record only with 8 bytes left after it: fewer left after a unit is not its segment."""
     with pytest.raises(Refused, match="fewer than the broker leaves after its last record"):
         layout(65_000, 65_536, [Unit("T", 0, 4, 65_000, 536 - left)], segment_end=True)
+
+
+def test_a_record_failing_both_its_crcs_is_one_range_to_salvage() -> None:
+    """A flipped body byte in a store with ``enabledAppendPropCRC`` fails BODYCRC and ``__CRC32#``: two findings of
+    one record, salvaged once; a record failing only its ``__CRC32#`` is salvaged as a BODYCRC mismatch is."""
+    from types import SimpleNamespace
+
+    from jobs.pipeline.salvage_flow import holes
+    from storelib.findings import finding
+
+    cl = "commitlog/00000000000000000000"
+    found = [
+        finding("crc-mismatch", cl, "body", commitlog_offset=700),
+        finding("crc-property-mismatch", cl, "property", commitlog_offset=700),
+        finding("crc-property-mismatch", cl, "property", commitlog_offset=900),
+        finding("damaged-records", cl, "zeros", commitlog_offset=1200, count=300),
+    ]
+    got = holes(SimpleNamespace(findings=found))  # type: ignore[arg-type]
+    assert [(f.kind, f.commitlog_offset) for f in got] == [
+        ("crc-mismatch", 700),
+        ("crc-property-mismatch", 900),
+        ("damaged-records", 1200),
+    ]
+
+
+def test_a_record_put_in_a_queue_by_the_audit_is_salvaged_only_where_that_queue_s_live_unit_points_at_it() -> None:
+    """``queue-header-contradicted`` puts the record at T/2 queue offset 5: the live unit written when it was
+    appended must say so, else (a gap in damaged bytes, a sound record taken for it) nothing is salvaged."""
+    from jobs.pipeline.salvage_flow import check_record_units
+    from storelib.findings import finding
+
+    where = {"topic": "T", "queue_id": 2, "queue_offset": 5, "commitlog_offset": 10_000}
+    f = finding("queue-header-contradicted", "commitlog/00000000000000000000", "h", **where)
+    check_record_units(f, {("T", 2)}, [Unit("T", 2, 5, 10_000, 300)])
+    with pytest.raises(Refused, match="the live unit of T/2 queue offset 5 does not point at the record at 10000"):
+        check_record_units(f, {("T", 2), ("U", 0)}, [Unit("U", 0, 7, 10_000, 300)])
+    with pytest.raises(Refused, match="no live unit"):
+        check_record_units(f, {("T", 2)}, [])

@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -114,31 +115,64 @@ def across_segment_end(root: Path) -> tuple[int, int]:
     raise AssertionError(f"{root}: no segment end with workload records around it")
 
 
-def _flip_a_body_byte(root: Path, segment: int) -> tuple[int, int]:
-    """The first body byte of the first workload record at file offset 4,096 or later of segment number ``segment``,
-    flipped (its BODYCRC no longer matches): the commitlog range of that byte."""
+def _flip_a_byte(root: Path, segment: int, where: Callable[[Record, bytes], int | None]) -> tuple[int, int]:
+    """A byte of the first workload record at file offset 4,096 or later of segment number ``segment`` for which
+    ``where`` (given the record and its bytes) names one, flipped: the commitlog range of that byte."""
     seg = sorted((root / "commitlog").iterdir())[segment]
     base = int(seg.name)
-    r = next(r for r in walk_commitlog(root / "commitlog") if r.offset >= base + SECTOR and r.body and _workload(r))
-    hosts = (20 if r.sys_flag & 0x10 else 8) + (20 if r.sys_flag & 0x20 else 8)  # BORNHOST, STOREHOST (IPv6: 20)
-    at = r.offset + 48 + hosts + 8 + 12 + 4  # BORNTIMESTAMP's end, hosts, STORETIMESTAMP, 4+8 bytes, BODYLENGTH
+    data = seg.read_bytes()
+    for r in walk_commitlog(root / "commitlog"):
+        if r.offset >= base + SECTOR and _workload(r):
+            at = where(r, data[r.offset - base : r.offset - base + r.total_size])
+            if at is not None:
+                break
     with seg.open("r+b") as f:
-        f.seek(at - base)
-        (byte,) = f.read(1)
-        f.seek(at - base)
-        f.write(bytes([byte ^ 0xFF]))
-    return at, at + 1
+        f.seek(r.offset + at - base)
+        f.write(bytes([data[r.offset + at - base] ^ 0xFF]))
+    return r.offset + at, r.offset + at + 1
+
+
+def _body_byte(r: Record, _: bytes) -> int | None:
+    """The first body byte (its BODYCRC no longer matches)."""
+    hosts = (20 if r.sys_flag & 0x10 else 8) + (20 if r.sys_flag & 0x20 else 8)  # BORNHOST, STOREHOST (IPv6: 20)
+    return 48 + hosts + 8 + 12 + 4 if r.body else None  # BORNTIMESTAMP's end, hosts, STORETIMESTAMP, 4+8, BODYLENGTH
+
+
+def _property_byte(r: Record, raw: bytes) -> int | None:
+    """The second letter of the property WAIT's value ``true``: BODYCRC still matches, ``__CRC32#`` no longer
+    does, and nothing a consumer is served (topic, msgId, keys, tags) changes."""
+    return raw.rindex(b"WAIT\x01true") + 6 if r.properties.get("WAIT") == "true" else None
+
+
+def _queue_id_byte(r: Record, _: bytes) -> int | None:
+    """The last byte of QUEUEID of a TopicOrders record (no CRC covers it): it claims another queue."""
+    return 15 if r.topic == "TopicOrders" else None
 
 
 def body_byte_in_window(root: Path) -> tuple[int, int]:
     """A flipped body byte in the last segment, ``abort`` left behind: crash recovery walks it."""
     (root / "abort").touch()
-    return _flip_a_body_byte(root, -1)
+    return _flip_a_byte(root, -1, _body_byte)
 
 
 def body_byte_outside_window(root: Path) -> tuple[int, int]:
     """A flipped body byte in segment 5, clean shutdown: no recovery walks it, the broker serves it as if sound."""
-    return _flip_a_body_byte(root, 5)
+    return _flip_a_byte(root, 5, _body_byte)
+
+
+def property_byte_in_window(root: Path) -> tuple[int, int]:
+    """A flipped byte in a property value of a record in the last segment of a store written with
+    ``enabledAppendPropCRC``, ``abort`` left behind: crash recovery walks it and (forceVerifyPropCRC off) checks
+    its BODYCRC, not its ``__CRC32#``."""
+    (root / "abort").touch()
+    return _flip_a_byte(root, -1, _property_byte)
+
+
+def queue_id_in_window(root: Path) -> tuple[int, int]:
+    """A flipped QUEUEID byte of a record in the last segment, ``abort`` left behind: crash recovery walks it and
+    dispatches it again, to the queue its header names; the unit of the queue it was sent to stays as it was."""
+    (root / "abort").touch()
+    return _flip_a_byte(root, -1, _queue_id_byte)
 
 
 def _changed(built: Path, copy: Path, lo: int, hi: int) -> set[int]:
@@ -162,6 +196,8 @@ DAMAGES = {
     "zeroed-sector-outside-window": (sector_outside_window, "breaks"),
     "body-byte-in-window": (body_byte_in_window, "truncates"),
     "body-byte-outside-window": (body_byte_outside_window, "as sound"),
+    "property-byte-in-window": (property_byte_in_window, "as sound"),
+    "queue-id-in-window": (queue_id_in_window, "as sound"),
     "across-segment-end": (across_segment_end, "truncates"),
 }
 CASES = [
@@ -172,6 +208,8 @@ CASES = [
     ("5.5.0", "default", "zeroed-sector-outside-window"),
     ("5.5.0", "default", "body-byte-in-window"),
     ("5.5.0", "default", "body-byte-outside-window"),
+    ("5.5.0", "crc", "property-byte-in-window"),
+    ("5.5.0", "default", "queue-id-in-window"),
     ("5.5.0", "default", "across-segment-end"),
     ("5.3.3", "default", "across-segment-end"),
     ("4.9.7", "default", "across-segment-end"),

@@ -433,6 +433,21 @@ def test_batch_queue_damage_is_named(bcq_queue) -> None:
     assert [f.kind for f in qa.findings] == ["cq-missing-queue"]
 
 
+def test_a_batch_unit_pointing_into_damaged_records_is_named_as_damaged(bcq_queue) -> None:
+    """The rebuilt queue lacks unit 7, whose batch lies in damaged records: a cq-damaged-entries (as a
+    ConsumeQueue's unit there is), not a unit the commitlog does not hold."""
+    cfg, files = bcq_queue
+    name = "00000000000000000000"
+    data = files[name]
+    rebuilt = {name: (data[: 7 * 46] + data[8 * 46 :]).ljust(len(data), b"\0")}  # unit 7 dropped
+    at = unit_at(data, 7)[0]
+    qa = classify_batch_queue("TopicBatchCQ", 0, files, rebuilt, cfg, 0, 1_438_095, [(at - 10, at + 10)])
+    damaged = [(f.queue_offset, f.commitlog_offset, f.count) for f in qa.findings if f.kind == "cq-damaged-entries"]
+    assert damaged == [(unit_at(data, 7)[4], at, 1)]
+    qa = classify_batch_queue("TopicBatchCQ", 0, files, rebuilt, cfg, 0, 1_438_095)
+    assert "cq-damaged-entries" not in [f.kind for f in qa.findings]
+
+
 # --- stores of the real-broker harness (tests/broker/), when cached ----------------------------------------
 
 #: (version, variant) of the cached harness stores a rebuild must give back byte for byte

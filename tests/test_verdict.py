@@ -289,6 +289,19 @@ def test_the_rescue_that_loses_the_fewest_sound_messages_leads_with_what_each_co
     assert [r["rescue"] for r in verdict(plain, 81)["rescues"]] == ["recover", "alone"]
 
 
+def test_a_record_failing_its_crc32_property_is_salvaged_once_as_a_bodycrc_mismatch_is() -> None:
+    """A __CRC32# mismatch (the broker's recovery checks it only with forceVerifyPropCRC and serves the record as
+    sound) is offered to salvage as a BODYCRC mismatch is; a record failing both is one tombstone, not two."""
+    cl = "commitlog/00000000000000000000"
+    both = [finding(k, cl, "crc", commitlog_offset=700) for k in ("crc-mismatch", "crc-property-mismatch")]
+    alone = finding("crc-property-mismatch", cl, "crc", commitlog_offset=900)
+    v = verdict(typed(report_of(alone.to_dict())))
+    assert v["recover"]["salvage"][1].endswith(" --salvage --apply")
+    assert v["rescues"][0] == {"rescue": "salvage", "sound_messages_lost": 0, "tombstones": 1}
+    v = verdict(typed(report_of(*(f.to_dict() for f in [*both, alone]))))
+    assert v["rescues"][0] == {"rescue": "salvage", "sound_messages_lost": 0, "tombstones": 2}
+
+
 def test_salvage_is_not_offered_where_it_would_refuse_and_the_verdict_says_why() -> None:
     """Units of RMQ_SYS_TRANS_HALF_TOPIC point into the damaged records: salvage refuses (no tombstone of the
     broker's own state), so the verdict names that queue instead of offering a rescue that loses nothing."""
@@ -310,3 +323,17 @@ def test_salvage_is_not_offered_where_it_would_refuse_and_the_verdict_says_why()
     said = "RMQ_SYS_TRANS_HALF_TOPIC/0 queue offset 41: a damaged record of a topic whose records hold the broker's"
     assert v["recover"]["salvage_refused"].startswith(said)
     assert f"SALVAGE refused: {said}" in "\n".join(verdict_lines(dataclasses.replace(report, verdict=v)))
+
+
+def test_salvage_is_not_offered_where_a_batchconsumequeue_unit_points_into_damage() -> None:
+    """A BatchConsumeQueue unit stands for a batch's messages; salvage builds no batch tombstone and refuses, so the
+    verdict names that unit instead of offering salvage."""
+    hole = finding("damaged-records", "commitlog/00000000000000000000", "zeros", commitlog_offset=700, count=300)
+    where = {"topic": "TopicBatchCQ", "queue_id": 1, "queue_offset": 125, "count": 1}
+    batch = finding("cq-damaged-entries", "batchconsumequeue/TopicBatchCQ/1/00000000000000000000", "units", **where)
+    v = verdict(typed(report_of(hole.to_dict(), batch.to_dict())))
+    assert v["recover"]["salvage"] == []
+    assert v["recover"]["salvage_refused"] == (
+        "TopicBatchCQ/1 queue offset 125: a BatchConsumeQueue unit points into damaged records; salvage builds no "
+        "batch tombstone"
+    )

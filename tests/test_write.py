@@ -91,6 +91,27 @@ def test_consume_queue_writer_writes_each_queue_and_summarizes_it(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "scratch"]  # nothing written outside OUT
 
 
+def test_a_record_whose_queue_offset_its_neighbours_contradict_is_named_in_its_segment(tmp_path: Path) -> None:
+    """Records 0..3 of Orders/4 in commitlog order, record 2 claiming queue offset 0 (runs as the parse sorts them:
+    by queue offset, ties in commitlog order): besides the repeat and the gap, the record is named in its commitlog
+    segment, at the queue offset its neighbours leave free, with what it claims."""
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    write = consume_queue_writer(str(out), str(scratch), CFG)
+    (summary,) = list(
+        write(iter([runs(scratch, "p0", ("Orders", 4, 0, [0]), ("Orders", 4, 0, [2, 1]), ("Orders", 4, 3, [3]))]))
+    )
+    found = json.loads(summary.to_pylist()[0]["findings"])
+    assert [(f["kind"], f["queue_offset"]) for f in found][:2] == [
+        ("duplicate-queue-offset", 0),
+        ("queue-offset-gap", 2),
+    ]
+    (m,) = [f for f in found if f["kind"] == "queue-header-contradicted"]
+    assert (m["file"], m["commitlog_offset"], m["file_offset"]) == ("commitlog/00000000000000000000", 2000, 2000)
+    assert (m["topic"], m["queue_id"], m["queue_offset"]) == ("Orders", 4, 2)
+    assert (m["expected"], m["actual"]) == ("Orders/4 queue offset 2", "Orders/4 queue offset 0")
+    assert "holds QUEUEOFFSET 0, but" in m["message"]
+
+
 def test_consume_queue_writer_without_runs_yields_nothing(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     assert list(consume_queue_writer(str(tmp_path / "out"), str(scratch), CFG)(iter([runs(scratch, "p")]))) == []

@@ -17,13 +17,14 @@ def audit_batch_queue(
     rebuilt: str,
     cfg: BrokerConfig,
     cl: tuple[int, int],
+    damaged: tuple[tuple[int, int], ...] = (),
 ) -> QueueAudit:
     """One BatchConsumeQueue's live and rebuilt files (``names``) read and classified. ``cl``: the commitlog's min
-    offset and the end of its last valid record."""
+    offset and the end of its last valid record; ``damaged``: the commitlog ranges of damaged records."""
     rel = BATCH_CONSUME_QUEUE.queue_dir(*key)
 
     def read(uri: str, files: list[str]) -> dict[str, bytes]:
         fs, root = resolve(uri)
         return {n: read_file(fs, join(root, rel, n)) for n in files}
 
-    return classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl)
+    return classify_batch_queue(*key, read(store, names[0]), read(rebuilt, names[1]), cfg, *cl, damaged)

@@ -66,6 +66,7 @@ QUEUE_SUMMARY_SCHEMA = pa.schema(
         ("files", pa.list_(pa.string())),
         ("last_commitlog_offset", pa.int64()),  # of its last unit: which segments touch the queue
         ("findings", pa.string()),  # JSON list of storelib.findings.Finding dicts
+        ("loose_ends", pa.string()),  # storelib.formats.consumequeue.LooseEnds as JSON
     ]
 )
 

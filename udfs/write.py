@@ -10,10 +10,19 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.broker.config import BrokerConfig
+from storelib.constants import LMQ_PREFIX
 from storelib.errors import HostileNameError
 from storelib.findings import Finding, finding
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE, BCQ_STORE_UNIT_SIZE, BatchQueueFiles
-from storelib.formats.consumequeue import CONSUME_QUEUE, CQ_STORE_UNIT_SIZE, QueueFiles
+from storelib.formats.consumequeue import (
+    CONSUME_QUEUE,
+    CQ_STORE_UNIT_SIZE,
+    LooseEnds,
+    Misplaced,
+    QueueFiles,
+    loose_ends,
+    misplaced,
+)
 from storelib.formats.indexfile import (
     IndexHeader,
     IndexPlan,
@@ -21,6 +30,7 @@ from storelib.formats.indexfile import (
     index_file_size,
     put_index_file_head,
 )
+from storelib.layout import commitlog_file, offset_file_name
 from udfs.fs import join, resolve, write_file, write_in_place
 from udfs.parse import cq_units_path, index_scratch_path
 from udfs.schema import INDEX_ENTRY_DTYPE, QUEUE_SUMMARY_SCHEMA, ArrowMap
@@ -35,6 +45,7 @@ class _QueueWriter:
         self.batch = cfg.is_batch_cq(topic)
         self.unit = BCQ_STORE_UNIT_SIZE if self.batch else CQ_STORE_UNIT_SIZE
         self.dense = cfg.dense_queue_offsets(topic)
+        self.segment_size = cfg.mappedFileSizeCommitLog
         self.files = (
             BatchQueueFiles(cfg.mapperFileSizeBatchConsumeQueue)
             if self.batch
@@ -86,6 +97,12 @@ class _QueueWriter:
                 ).to_dict()
             )
         q = self.files
+        ends = LooseEnds()
+        if self.dense and isinstance(q, QueueFiles) and not q.at_write_position:  # offsets its records claim
+            placed = misplaced(q.findings, q.out_of_place)
+            queue = (self.topic, self.queue_id)
+            findings += [contradicted(queue, m, queue, self.segment_size).to_dict() for m in placed]
+            ends = loose_ends(q, placed, lone=not self.topic.startswith(LMQ_PREFIX))
         return {
             "topic": self.topic,
             "queue_id": self.queue_id,
@@ -95,7 +112,31 @@ class _QueueWriter:
             "files": self.names,
             "last_commitlog_offset": self.last_commitlog_offset,
             "findings": json.dumps(findings),
+            "loose_ends": ends.to_json(),
         }
+
+
+def contradicted(queue: tuple[str, int], m: Misplaced, named: tuple[str, int], segment_size: int) -> Finding:
+    """``queue-header-contradicted``: the record at ``m.commitlog_offset`` belongs to ``queue`` at ``m.queue_offset``
+    (the records around it there leave that offset free), but its header names ``named`` and ``m.claimed``."""
+    (topic, queue_id), (other, other_id) = queue, named
+    fields = ([f"topic {other}"] if other != topic else []) + ([f"QUEUEID {other_id}"] if other_id != queue_id else [])
+    fields += [f"QUEUEOFFSET {m.claimed}"] if m.claimed != m.queue_offset else []
+    base = m.commitlog_offset // segment_size * segment_size
+    return finding(
+        "queue-header-contradicted",
+        commitlog_file(offset_file_name(base)),
+        f"the record at commitlog offset {m.commitlog_offset} holds {', '.join(fields)}, but the records of "
+        f"{topic}/{queue_id} before and after it in the log hold queue offsets {m.queue_offset - 1} and "
+        f"{m.queue_offset + 1}: it is {topic}/{queue_id} queue offset {m.queue_offset}",
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=m.queue_offset,
+        commitlog_offset=m.commitlog_offset,
+        file_offset=m.commitlog_offset - base,
+        expected=f"{topic}/{queue_id} queue offset {m.queue_offset}",
+        actual=f"{other}/{other_id} queue offset {m.claimed}",
+    )
 
 
 class _PieceFiles:

@@ -116,7 +116,10 @@ def _audit_batch_queues(a: Audit) -> tuple[list[QueueRow], Found]:
     tasks = [(k, (sorted(live.get(k, [])), sorted(built.get(k, [])))) for k in keys]
     size = BATCH_CONSUME_QUEUE.file_size(cfg)
     weights = [(len(names) + len(rebuilt_names)) * size for _, (names, rebuilt_names) in tasks]
-    done = run_packed(a.run, "batch queues", tasks, weights, lambda t: audit_batch_queue(*t, store, rebuilt, cfg, cl))
+    damaged = damaged_ranges(a.summaries.values())
+    done = run_packed(
+        a.run, "batch queues", tasks, weights, lambda t: audit_batch_queue(*t, store, rebuilt, cfg, cl, damaged)
+    )
     out = []
     for (_, (live_names, _)), qa in done:
         found += Found(tuple(qa.findings), tuple(queue_repairs(qa, live_names)))

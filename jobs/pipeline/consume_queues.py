@@ -5,6 +5,7 @@ parse.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,11 @@ from pyspark.sql import functions as F
 from jobs.pipeline.context import Run, spark_schema
 from storelib.constants import LMQ_PREFIX
 from storelib.findings import Finding
+from storelib.formats.consumequeue import LooseEnds, strays
 from storelib.reports.report import QueueRecord
 from udfs.fs import join, resolve
 from udfs.schema import QUEUE_SUMMARY_SCHEMA
-from udfs.write import consume_queue_writer
+from udfs.write import consume_queue_writer, contradicted
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row
@@ -45,12 +47,32 @@ def write_consume_queues(
         .mapInArrow(consume_queue_writer(staging, scratch, run.cfg), spark_schema(QUEUE_SUMMARY_SCHEMA))
     )
     rows = sorted(written.collect(), key=lambda r: (r.topic, r.queue_id))
-    return [_queue_record(r) for r in rows], [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
+    findings = [Finding.from_dict(d) for r in rows for d in json.loads(r.findings)]
+    ends = {(r.topic, r.queue_id): LooseEnds.from_json(r.loose_ends) for r in rows}
+    found = strays(ends)
+    strayed = [contradicted(*s, run.cfg.mappedFileSizeCommitLog) for s in found]
+    untold = {(*queue, q): (lo, hi) for queue, e in ends.items() for q, lo, hi in e.gaps}
+    for queue, m, _ in found:
+        untold.pop((*queue, m.queue_offset), None)
+    return [_queue_record(r) for r in rows], [_untold(f, untold) for f in findings] + strayed
+
+
+def _untold(f: Finding, untold: dict[tuple[str, int, int], tuple[int, int]]) -> Finding:
+    """A gap of one queue offset no record was found to fill: said so, and left (it may lie in damaged bytes)."""
+    where = untold.get((f.topic or "", f.queue_id or 0, f.queue_offset or 0)) if f.kind == "queue-offset-gap" else None
+    if where is None:
+        return f
+    lo, hi = where
+    said = (
+        f"; no record out of place lies between commitlog offsets {lo} and {hi}: the record that held it is in "
+        "damaged bytes there, or cannot be told from a sound one"
+    )
+    return dataclasses.replace(f, message=f.message + said)
 
 
 def _queue_record(row: Row) -> QueueRecord:
-    """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``)."""
-    fields = {k: v for k, v in row.asDict().items() if k != "findings"}
+    """A QUEUE_SUMMARY_SCHEMA row less its findings (rebuild.json has them in ``findings``) and loose ends."""
+    fields = {k: v for k, v in row.asDict().items() if k not in ("findings", "loose_ends")}
     return QueueRecord(**{**fields, "files": tuple(row.files)})
 
 

@@ -1,7 +1,8 @@
 """``rmqstore recover --salvage``: every damaged byte range the audit names (``damaged-records``) and every record
-whose BODYCRC does not match (``crc-mismatch``) rewritten as salvage records (storelib.broker.salvage), so the
-broker's recovery truncates nothing, every sound record keeps its commitlog offset and queue offset and no damaged
-message is served; with the queue and index files rebuilt from the salvaged log.
+that frames but fails its BODYCRC or ``__CRC32#`` (``crc-mismatch``, ``crc-property-mismatch``) rewritten as
+salvage records (storelib.broker.salvage), so the broker's recovery truncates nothing, every sound record keeps its
+commitlog offset and queue offset and no damaged message is served; with the queue and index files rebuilt from the
+salvaged log.
 
 How: the salvaged segments are written into the work directory, beside hard links of every other store file (a
 view of the store as it will be, no store byte changed); the view is rebuilt and audited; recover's transaction
@@ -47,7 +48,6 @@ from storelib.layout import BATCH_CONSUMEQUEUE, CONSUMEQUEUE, queue_dir
 from storelib.reports.plan import Step
 
 SALVAGE_DIR = "salvage"
-CRC_MISMATCH = "crc-mismatch"
 CQ_DAMAGED = "cq-damaged-entries"
 
 
@@ -77,8 +77,13 @@ class Salvage:
 
 
 def holes(result: AuditResult) -> list[Finding]:
-    """The findings salvage rewrites the records of."""
-    return [f for f in result.findings if KINDS[f.kind].salvaged]
+    """The findings salvage rewrites the records of: one per damaged range, one per record that frames (a record
+    failing both its BODYCRC and its ``__CRC32#`` is named twice, salvaged once)."""
+    out: dict[int | None, Finding] = {}
+    for f in result.findings:
+        if KINDS[f.kind].salvaged:
+            out.setdefault(f.commitlog_offset, f)
+    return list(out.values())
 
 
 def live_units(root: Path, queues: set[tuple[str, int]], start: int, end: int) -> list[Unit]:
@@ -119,7 +124,7 @@ def damaged_queues(findings: list[Finding]) -> set[tuple[str, int]]:
 
 
 def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int, int, set[tuple[str, int]]]:
-    """A record that frames but whose BODYCRC does not match: its range and the queues its header and LMQ
+    """A record that frames but fails its BODYCRC or ``__CRC32#``: its range and the queues its header and LMQ
     properties name (where its units are looked for)."""
     with seg.open("rb") as f:
         f.seek(offset - base)
@@ -135,6 +140,23 @@ def crc_range(seg: Path, base: int, offset: int, cfg: BrokerConfig) -> tuple[int
         props.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET, ""),
     )
     return offset, offset + total, {(m.topic, m.queue_id), *((name, qid) for name, qid, _ in lmq)}
+
+
+def check_record_units(h: Finding, queues: set[tuple[str, int]], units: list[Unit]) -> None:
+    """A record that frames is salvaged only where a live unit points at it and, where the finding puts it in a
+    queue (a header no CRC covers), the live unit of that queue offset (written when it was appended) is one of them;
+    else Refused."""
+    if not units:
+        raise Refused(
+            f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {h.commitlog_offset}"
+        )
+    if h.queue_offset is not None and (h.topic, h.queue_id, h.queue_offset) not in {
+        (u.topic, u.queue_id, u.queue_offset) for u in units
+    }:
+        raise Refused(
+            f"{h.file}: the live unit of {h.topic}/{h.queue_id} queue offset {h.queue_offset} does not point at the "
+            f"record at {h.commitlog_offset} the audit puts there: not salvaged"
+        )
 
 
 def store_timestamp(seg: Path, base: int, end: int) -> int:
@@ -153,8 +175,8 @@ def store_timestamp(seg: Path, base: int, end: int) -> int:
 
 
 def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Salvage]:
-    """One Salvage per damaged range (``damaged-records``) and per record whose BODYCRC does not match
-    (``crc-mismatch``); Refused when one cannot be filled."""
+    """One Salvage per damaged range (``damaged-records``) and per record that frames but fails a CRC
+    (``crc-mismatch``, ``crc-property-mismatch``); Refused when one cannot be filled."""
     out = []
     for h in holes(result):
         assert h.commitlog_offset is not None
@@ -164,14 +186,15 @@ def plan_salvage(root: Path, result: AuditResult, cfg: BrokerConfig) -> list[Sal
             assert h.count is not None
             start, end = h.commitlog_offset, h.commitlog_offset + h.count
             queues = damaged_queues(result.findings)
-        else:
+        else:  # a record that frames; a queue its header does not name where the finding proves it belongs
             start, end, queues = crc_range(seg, base, h.commitlog_offset, cfg)
+            queues |= {(h.topic, h.queue_id)} if h.topic is not None and h.queue_id is not None else set()
         if end - base > cfg.mappedFileSizeCommitLog:
             raise Refused(f"{h.file}: the damaged range {start} to {end} crosses the segment's end: not salvaged")
         refuse_batch_units(root, start, end)
         units = live_units(root, queues, start, end)
-        if h.kind == CRC_MISMATCH and not units:
-            raise Refused(f"{h.file}: no live unit of the queues {sorted(queues)} points at the record at {start}")
+        if KINDS[h.kind].kept:
+            check_record_units(h, queues, units)
         segment_end = end - base == seg.stat().st_size
         records, new = fill(start, end, units, store_timestamp(seg, base, end), segment_end)
         with seg.open("rb") as f:

@@ -5,11 +5,11 @@ compared with the rebuilt ones by msgBaseOffset."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from storelib.audit.queues import QueueAudit, max_physic_offset, queue_row
+from storelib.audit.queues import DAMAGED_UNITS, QueueAudit, into_ranges, max_physic_offset, queue_row
 from storelib.broker.config import BrokerConfig
 from storelib.findings import Finding, QueuePlace, finding, is_divergence
 from storelib.formats.batchcq import BATCH_CONSUME_QUEUE
@@ -63,8 +63,10 @@ def classify_batch_queue(
     cfg: BrokerConfig,
     commitlog_min: int,
     commitlog_max: int,
+    damaged: Sequence[tuple[int, int]] = (),
 ) -> QueueAudit:
-    """Compare one live BatchConsumeQueue (file name -> bytes) with the rebuilt one, unit by msgBaseOffset."""
+    """Compare one live BatchConsumeQueue (file name -> bytes) with the rebuilt one, unit by msgBaseOffset;
+    ``damaged``: the commitlog ranges of damaged records (live units pointing into them are cq-damaged-entries)."""
     fmt = BATCH_CONSUME_QUEUE
     lv, rb = _batch_units(live), _batch_units(rebuilt)
     first_live = fmt.first_unit(min(live, default="0"))
@@ -83,7 +85,7 @@ def classify_batch_queue(
         q.emit("cq-missing-queue", np.arange(q.r_end), rb, "{count} units from queue offset {first} have no file")
     else:
         _batch_rebuilt_units(q, live_base, rebuilt_base)
-    _batch_live_units(q, ~np.isin(live_base, rebuilt_base), commitlog_min, commitlog_max)
+    _batch_live_units(q, ~np.isin(live_base, rebuilt_base), (commitlog_min, commitlog_max), damaged)
     write = delete = []
     if any(is_divergence(f) for f in q.findings):
         write = sorted(n for n, data in rebuilt.items() if live.get(n) != data)
@@ -113,15 +115,20 @@ def _batch_rebuilt_units(q: _BatchQueue, live_base: np.ndarray, rebuilt_base: np
     q.emit("cq-missing-tail", tail, rb, "the queue lacks its last {count} units, from queue offset {first}")
 
 
-def _batch_live_units(q: _BatchQueue, unmatched: np.ndarray, commitlog_min: int, commitlog_max: int) -> None:
-    """The live units the rebuilt queue lacks (expired, past the commitlog's end, or wrong), and stale bytes."""
+def _batch_live_units(
+    q: _BatchQueue, unmatched: np.ndarray, commitlog: tuple[int, int], damaged: Sequence[tuple[int, int]]
+) -> None:
+    """The live units the rebuilt queue lacks (expired, past the commitlog's end, into damaged records, or wrong),
+    and stale bytes."""
     lv, ordinal0 = q.lv, q.first_live
-    expired = unmatched & (lv["offset"][: q.l_end] < commitlog_min)
-    dirty = unmatched & (lv["offset"][: q.l_end] >= commitlog_max)
+    expired = unmatched & (lv["offset"][: q.l_end] < commitlog[0])
+    dirty = unmatched & (lv["offset"][: q.l_end] >= commitlog[1])
     kind = "cq-no-messages" if not q.r_end else "cq-wrong-entries"
     q.emit("cq-expired-head", np.flatnonzero(expired), lv, "{count} units point below the commitlog", ordinal0)
     q.emit("cq-dirty-tail", np.flatnonzero(dirty), lv, "{count} units point past the commitlog's end", ordinal0)
-    extra = np.flatnonzero(unmatched & ~expired & ~dirty)
+    into_damage = unmatched & into_ranges(lv["offset"][: q.l_end], damaged)
+    q.emit("cq-damaged-entries", np.flatnonzero(into_damage & ~expired & ~dirty), lv, DAMAGED_UNITS, ordinal0)
+    extra = np.flatnonzero(unmatched & ~expired & ~dirty & ~into_damage)
     q.emit(kind, extra, lv, "{count} units the commitlog does not hold", ordinal0)
     unit = BATCH_CONSUME_QUEUE.unit_size
     stale = np.flatnonzero(lv[q.l_end :].view(np.uint8).reshape(-1, unit).any(axis=1)) + q.l_end

@@ -353,7 +353,15 @@ def _without_messages(q: _Queue, findings: list[Finding]) -> QueueAudit:
     return QueueAudit(q.topic, q.queue_id, findings, row, [], delete)
 
 
-def _into(offset: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+#: the message of ``cq-damaged-entries`` (ConsumeQueue and BatchConsumeQueue units alike)
+DAMAGED_UNITS = (
+    "{count} units from queue offset {first} point into damaged records (damaged-records): those messages are "
+    "lost, and the broker serves the damaged bytes: a pull whose result holds one decodes only the messages "
+    "before it, losing the sound ones after it in that result; the rebuilt queue has no unit for them"
+)
+
+
+def into_ranges(offset: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
     """Per unit: its commitlog offset lies in one of ``ranges`` ([start, end))."""
     inside = np.zeros(len(offset), dtype=bool)
     for start, end in ranges:
@@ -381,7 +389,7 @@ def _entry_masks(
     expired = not_entry & head & lv.valid & (lv.offset < q.commitlog_min) & reach
     dirty = not_entry & ~head & lv.valid & (lv.offset >= q.commitlog_max) & reach
     extra = not_entry & lv.valid & reach & ~expired & ~dirty
-    into_damage = extra & _into(lv.offset, damaged)
+    into_damage = extra & into_ranges(lv.offset, damaged)
     missing = r_entry & ~lv.valid & ~lv.blank
     present = np.flatnonzero(r_entry & lv.valid)
     last_present = int(present[-1]) if len(present) else -1
@@ -405,13 +413,7 @@ def _entry_findings(q: _Queue, m: dict[str, np.ndarray]) -> list[Finding]:
     out = q.first_count(
         "cq-wrong-entries", m["wrong"], "{count} entries differ from the commitlog, the first at queue offset {first}"
     )
-    out += q.first_count(
-        "cq-damaged-entries",
-        m["damaged"],
-        "{count} units from queue offset {first} point into damaged records (damaged-records): those messages are "
-        "lost, and the broker serves the damaged bytes: a pull whose result holds one decodes only the messages "
-        "before it, losing the sound ones after it in that result; the rebuilt queue has no unit for them",
-    )
+    out += q.first_count("cq-damaged-entries", m["damaged"], DAMAGED_UNITS)
     out += q.first_count(
         "cq-schedule-tagscode-quirk",
         m["quirk"],

@@ -9,8 +9,10 @@ Files are always full size, zero-filled after the last entry.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -138,7 +140,18 @@ class QueueFinding:
     kind: str  # "duplicate-queue-offset" or "queue-offset-gap"
     queue_offset: int
     count: int
+    commitlog_offset: int  # of the record dropped (a duplicate) or of the one after the gap
+    before: int = -1  # (a gap) the commitlog offset of the unit before it, -1 when none
+
+
+@dataclasses.dataclass(frozen=True)
+class Misplaced:
+    """A record whose QUEUEOFFSET contradicts its queue: the records before and after it in commitlog order leave
+    exactly one queue offset free between them, ``queue_offset``, and it lies between them but claims ``claimed``."""
+
+    queue_offset: int
     commitlog_offset: int
+    claimed: int
 
 
 @dataclasses.dataclass
@@ -158,6 +171,12 @@ class QueueFiles:
     min_offset: int | None = None  # first queue offset written
     next_offset: int | None = None  # one past the last queue offset written
     files: int = 0
+    last_commitlog_offset: int = -1  # of the last unit written
+    #: (queue offset, commitlog offset) of each unit, dropped or not, that does not lie in the log between the units
+    #: before and after it in queue order while they are in order (the first: after the next; the last: before the
+    #: one before it)
+    out_of_place: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    _last_two: tuple[int, int, int] = (-1, -1, -1)  # the last two commitlog offsets, the last one's queue offset
     _buf: bytearray | None = None
     _buf_start: int = 0
 
@@ -168,6 +187,7 @@ class QueueFiles:
         qo = np.asarray(queue_offsets, dtype=np.int64)
         if len(qo) == 0:
             return
+        self._judge(qo, offsets)
         # duplicates: an entry at or below the last written offset is dropped, as the broker does
         prev = np.concatenate(([self.next_offset - 1 if self.next_offset is not None else -1], qo[:-1]))
         dup = qo <= np.maximum.accumulate(prev)  # at or below any offset written before it
@@ -179,10 +199,13 @@ class QueueFiles:
             if len(qo) == 0:
                 return
         expected = np.concatenate(([self.next_offset if self.next_offset is not None else qo[0]], qo[:-1] + 1))
+        before = np.concatenate(([self.last_commitlog_offset], offsets[:-1]))
         for i in np.flatnonzero(qo != expected):
+            gap = int(qo[i] - expected[i])
             self.findings.append(
-                QueueFinding("queue-offset-gap", int(expected[i]), int(qo[i] - expected[i]), int(offsets[i]))
+                QueueFinding("queue-offset-gap", int(expected[i]), gap, int(offsets[i]), int(before[i]))
             )
+        self.last_commitlog_offset = int(offsets[-1])
         data = np.frombuffer(encode_units(offsets, sizes, tags_codes), dtype=np.uint8).reshape(-1, 20)
         if self.min_offset is None:
             self.min_offset = int(qo[0])
@@ -220,11 +243,15 @@ class QueueFiles:
         n = len(units) // CQ_STORE_UNIT_SIZE
         if n == 0:
             return
-        if self.next_offset != first_queue_offset:
-            u = decode_units(units)
+        u = decode_units(units)
+        offsets = u["offset"]
+        ordered = offsets[0] > self.last_commitlog_offset and bool((offsets[1:] > offsets[:-1]).all())
+        if self.next_offset != first_queue_offset or not ordered:
             qo = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
-            yield from self.add(qo, u["offset"], u["size"], u["tags_code"])
+            yield from self.add(qo, offsets, u["size"], u["tags_code"])
             return
+        self._judge(np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64), offsets)
+        self.last_commitlog_offset = int(offsets[-1])
         pos = first_queue_offset * CQ_STORE_UNIT_SIZE
         done = 0
         while done < len(units):
@@ -260,9 +287,98 @@ class QueueFiles:
             yield offset_file_name(self._buf_start), bytes(self._buf)
             self._buf = None
 
+    def _judge(self, qo: np.ndarray, offsets: np.ndarray) -> None:
+        """Take the stream's next units (queue order, duplicates included) into ``out_of_place``; the last one waits
+        for the unit after it."""
+        left, last, last_qo = self._last_two
+        o = np.concatenate(([left, last], np.asarray(offsets, dtype=np.int64)))
+        q = np.concatenate(([-1, last_qo], qo))
+        lo, mid, hi = o[:-2], o[1:-1], o[2:]
+        out = (mid >= 0) & np.where(lo >= 0, (lo < hi) & ~((lo < mid) & (mid < hi)), mid > hi)
+        self.out_of_place += [(int(a), int(b)) for a, b in zip(q[1:-1][out], mid[out])]
+        self._last_two = (int(o[-2]), int(o[-1]), int(q[-1]))
+
     def finish(self) -> Iterator[tuple[str, bytes]]:
         """Yield the last, partly filled file."""
+        left, last, last_qo = self._last_two
+        if 0 <= last < left:  # the last unit lies before the one before it
+            self.out_of_place.append((last_qo, last))
         yield from self._emit()
+
+
+def misplaced(findings: Iterable[QueueFinding], out_of_place: Iterable[tuple[int, int]]) -> list[Misplaced]:
+    """The records of one queue whose QUEUEOFFSET contradicts the records around them (no CRC covers it): for each
+    gap of one queue offset ``q`` between units at commitlog offsets B and C, the one record that lies between B and
+    C in the log but was put elsewhere in the queue (a duplicate dropped, a unit out of commitlog order), or C itself
+    when another record claiming C's queue offset lies after it. None where not exactly one such record is found:
+    the damaged record cannot be told from a sound one."""
+    found = list(findings)
+    dropped = {f.queue_offset: f.commitlog_offset for f in found if f.kind == "duplicate-queue-offset"}
+    suspects = [(f.queue_offset, f.commitlog_offset) for f in found if f.kind == "duplicate-queue-offset"]
+    suspects += list(out_of_place)
+    out = []
+    for gap in (f for f in found if f.kind == "queue-offset-gap" and f.count == 1 and f.before >= 0):
+        q, lo, hi = gap.queue_offset, gap.before, gap.commitlog_offset
+        hits = {p: claimed for claimed, p in suspects if lo < p < hi}
+        if not hits and dropped.get(q + 1, -1) > hi:  # C claims q + 1, and so does a record after it
+            hits = {hi: q + 1}
+        if len(hits) == 1:
+            ((p, claimed),) = hits.items()
+            out.append(Misplaced(q, p, claimed))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LooseEnds:
+    """What one queue leaves unexplained after ``misplaced``: gaps of one queue offset (queue offset, commitlog
+    offsets of the units before and after it) and its records out of place or alone (queue offset claimed,
+    commitlog offset)."""
+
+    gaps: tuple[tuple[int, int, int], ...] = ()
+    records: tuple[tuple[int, int], ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({"gaps": self.gaps, "records": self.records})
+
+    @classmethod
+    def from_json(cls, text: str) -> LooseEnds:
+        d = json.loads(text)
+        return cls(tuple(map(tuple, d["gaps"])), tuple(map(tuple, d["records"])))
+
+
+def loose_ends(q: QueueFiles, resolved: Iterable[Misplaced], lone: bool = True) -> LooseEnds:
+    """The gaps of one queue offset ``misplaced`` did not fill, and the records it did not place: the duplicates
+    dropped, the units out of commitlog order, and with ``lone`` the queue's only unit (not for an LMQ queue: its
+    records are in their own topic's queue too)."""
+    placed = {m.commitlog_offset for m in resolved}
+    filled = {m.queue_offset for m in resolved}
+    gaps = tuple(
+        (f.queue_offset, f.before, f.commitlog_offset)
+        for f in q.findings
+        if f.kind == "queue-offset-gap" and f.count == 1 and f.before >= 0 and f.queue_offset not in filled
+    )
+    records = {(f.queue_offset, f.commitlog_offset) for f in q.findings if f.kind == "duplicate-queue-offset"}
+    records |= set(q.out_of_place)
+    if lone and q.entries == 1 and q.min_offset is not None:
+        records.add((q.min_offset, q.last_commitlog_offset))
+    return LooseEnds(gaps, tuple(sorted(r for r in records if r[1] not in placed)))
+
+
+def strays(ends: Mapping[tuple[str, int], LooseEnds]) -> list[tuple[tuple[str, int], Misplaced, tuple[str, int]]]:
+    """Records whose QUEUEID or topic (no CRC covers them) put them in another queue: for each gap of one queue
+    offset between units at commitlog offsets B and C of a queue, the one record out of place in any other queue
+    that lies between B and C in the log: (the queue it belongs to, where, the queue its header names). None where
+    not exactly one such record is found."""
+    records = sorted((p, claimed, queue) for queue, e in ends.items() for claimed, p in e.records)
+    at = [r[0] for r in records]
+    out = []
+    for queue, e in ends.items():
+        for q, lo, hi in e.gaps:
+            hits = [r for r in records[bisect.bisect_right(at, lo) : bisect.bisect_left(at, hi)] if r[2] != queue]
+            if len(hits) == 1:
+                p, claimed, other = hits[0]
+                out.append((queue, Misplaced(q, p, claimed), other))
+    return out
 
 
 def build_queue_files(entries: Iterable[tuple[int, int, int, int]], file_size: int) -> list[tuple[str, bytes]]:

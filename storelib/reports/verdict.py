@@ -15,7 +15,7 @@ from typing import Any
 from storelib.broker.salvage import holds_broker_state
 from storelib.errors import EXIT_CANNOT, EXIT_FINDINGS, EXIT_OK
 from storelib.findings import AREA_CQ, AREAS, KINDS, Finding
-from storelib.layout import CHECKPOINT, COMMITLOG, is_local
+from storelib.layout import BATCH_CONSUMEQUEUE, CHECKPOINT, COMMITLOG, is_local
 from storelib.reports.plan import Step
 from storelib.reports.report import AuditReport, LogCounts
 
@@ -233,10 +233,11 @@ def salvage_commands(report: AuditReport) -> list[str]:
 
 
 def damaged_messages(report: AuditReport) -> int:
-    """Queue units that point at damaged records (cq-damaged-entries) and records failing their BODYCRC: what
-    every rescue loses; salvage serves a tombstone at each."""
+    """Queue units that point at damaged records (cq-damaged-entries) and records that frame but fail their BODYCRC
+    or ``__CRC32#`` (each once): what every rescue loses; salvage serves a tombstone at each."""
     units = sum(f.count or 1 for f in report.findings if f.kind == "cq-damaged-entries")
-    return units + sum(1 for f in report.findings if f.kind == "crc-mismatch")
+    framed = {f.commitlog_offset for f in report.findings if KINDS[f.kind].salvaged and KINDS[f.kind].kept}
+    return units + len(framed)
 
 
 def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
@@ -256,14 +257,20 @@ def rescues(report: AuditReport, cut: Json | None) -> list[Json]:
 
 
 def salvage_refusal(report: AuditReport) -> str | None:
-    """Why salvage would refuse this store: the first queue of a topic holding the broker's own state with units
-    pointing into damaged records (cq-damaged-entries); None when none does."""
+    """Why salvage would refuse this store: the first queue with units pointing into damaged records
+    (cq-damaged-entries) of a topic holding the broker's own state, or of a BatchConsumeQueue (one unit stands for a
+    batch: no batch tombstone is built); None when none does."""
     for f in report.findings:
-        if f.kind == "cq-damaged-entries" and f.topic is not None and holds_broker_state(f.topic):
+        if f.kind != "cq-damaged-entries" or f.topic is None:
+            continue
+        where = f"{f.topic}/{f.queue_id} queue offset {f.queue_offset}"
+        if holds_broker_state(f.topic):
             return (
-                f"{f.topic}/{f.queue_id} queue offset {f.queue_offset}: a damaged record of a topic whose records hold "
-                "the broker's own state; salvage writes no tombstone there"
+                f"{where}: a damaged record of a topic whose records hold the broker's own state; salvage writes no "
+                "tombstone there"
             )
+        if f.file.startswith(f"{BATCH_CONSUMEQUEUE}/"):
+            return f"{where}: a BatchConsumeQueue unit points into damaged records; salvage builds no batch tombstone"
     return None
 
 
