@@ -11,7 +11,15 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from storelib.broker.detection import Releases, StoreFacts, Stretch, earlier_releases, intersect, releases
+from storelib.broker.detection import (
+    Releases,
+    StoreFacts,
+    Stretch,
+    alike_everywhere,
+    earlier_releases,
+    intersect,
+    releases,
+)
 from storelib.broker.versions import RuleSet, Version, parse_version, rules_for, version_text
 from storelib.errors import AmbiguousRelease, ConfigError
 
@@ -302,7 +310,7 @@ def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, 
     earlier = []
     ends = [s.start for s in stretches[1:]]
     for stretch, end in reversed(list(zip(stretches[:-1], ends))):
-        found = earlier_releases(stretch, later, end)
+        found = earlier_releases(stretch, later, end, alike_everywhere(facts))
         lmq = StoreFacts(lmq_sources=stretch.lmq_sources)
         rules = _unsettled(found, lmq, "detected", stretch.clue.text, "")
         covers = f"commitlog offsets {stretch.start:,} up to {end:,}"
@@ -314,9 +322,13 @@ def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, 
 
 def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, version: str) -> BrokerRules:
     """The rules the parse uses: the oldest verified row whose appends give LMQ offsets to the source topics of
-    the sampled records that hold them (no other row can have written them), settled when it is the only row."""
+    the sampled records that hold them (no other row can have written them), settled when it is the only row. Where
+    the live batchconsumequeue/ shows every release that wrote its topics' records had BatchConsumeQueues
+    (``alike`` batch_cq), a row that has them: the rows before 5.0.0 cannot have written those records."""
     cands = found.candidates
     writers = [r for r in cands if all(r.lmq_offsets_given(t) for t in facts.lmq_sources)] or list(cands)
+    if "batch_cq" in found.alike:
+        writers = [r for r in writers if r.batch_cq] or writers
     rules = ([r for r in writers if r.verified] or writers)[0]
     settled = len(found.widened.candidates) == 1 and rules.verified
     return BrokerRules(rules, source, why, found, settled=settled, version=version)
