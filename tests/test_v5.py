@@ -645,3 +645,22 @@ def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> Non
     assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
     with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
         select_stretches("", facts, stretches[1:])
+
+
+def test_an_earlier_stretch_of_batch_cq_records_gets_a_row_with_batch_consume_queues_or_no_command() -> None:
+    """5.1.x records (no 0x02 ending, LMQ offsets on TopicOrders, BatchCQ records), then 5.5.0 ones (the real
+    5.1.4 -> 5.5.0 store): where batchconsumequeue/ holds the BatchCQ topic and consumequeue/ does not, every
+    release that wrote its records had BatchConsumeQueues, the first stretch too: it is parsed by a row that has
+    them and settled. Without that evidence it is refused, and the refusal offers no --broker-version (the flag
+    names the release that ran last: given an older one, the newer records would be parsed by its rules)."""
+    facts = StoreFacts(props_records=5, props_ending_02=5, consumequeue_entries=frozenset({"TopicOrders"}))
+    stretches = (Stretch(0, False, ("TopicOrders",)), Stretch(5000, True))
+    inputs = RuleInputs(lmq_sources=(("TopicOrders", 9),), batch_cq_records=53)
+    shown = dataclasses.replace(facts, batch_queue_topics=frozenset({"TopicBatchCQ"}))
+    ((_, first),) = select_stretches("", shown, stretches).earlier
+    assert (first.rules.name, first.rules.batch_cq, first.settle_earlier(inputs).settled) == ("5.0", True, True)
+    ((_, first),) = select_stretches("", facts, stretches).earlier
+    assert first.rules.name == "4.9.3"
+    with pytest.raises(AmbiguousRelease, match="no flag settles commitlog offsets 0 up to 5,000") as refused:
+        first.settle_earlier(inputs)
+    assert refused.value.choices == []

@@ -395,7 +395,7 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
             parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
             inputs = dict(parts)
             earlier = tuple(
-                (start, r.settle(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
+                (start, r.settle_earlier(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
             )
             last = rules.settle(inputs.get(len(rules.earlier), RuleInputs()))
             rules = dataclasses.replace(last, earlier=earlier)

@@ -198,6 +198,19 @@ class BrokerRules:
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
         return dataclasses.replace(self, settled=True, why=why)
 
+    def settle_earlier(self, inputs: RuleInputs) -> BrokerRules:
+        """``settle`` for a stretch before the last one: a refusal offers no release to give, since
+        ``--broker-version`` names the release that wrote the store last and settles the last stretch only (given
+        an older release, the newer records would be parsed by its rules)."""
+        try:
+            return self.settle(inputs)
+        except AmbiguousRelease as e:
+            raise AmbiguousRelease(
+                f"{e}; but that flag names the release that wrote the store last and settles only the records it "
+                f"wrote: no flag settles {self.covers} yet",
+                [],
+            ) from None
+
     @property
     def _allowed_text(self) -> str:
         """The releases that may have written the range, and, when its first records' clues allow more than the
