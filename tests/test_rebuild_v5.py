@@ -304,6 +304,33 @@ def test_recover_of_a_5_1_to_5_5_store_after_its_queues_and_index_are_lost(
 
 
 @pytest.mark.broker
+def test_a_4_5_store_upgraded_to_5_5_is_refused_for_its_mixed_index_file(tmp_path: Path, capsys) -> None:
+    """4.5.2 (IndexFile hashSlotCount: every put) wrote the store, then 5.5.0 (occupied slots) went on inside the same
+    IndexFile, whose count then holds both (1,879 of 1,999 puts). Rebuild with no flag found the stretches (4.0,
+    then 5.5 by the tag keys) but wrote every IndexFile by the first stretch's rule with exit 0 (4 of 5 headers
+    wrong); now refused, nothing written. Recover after consumequeue/ and index/ are lost: refused (4.5.2's
+    config/consumerOffset.json contradicts the 5.5.0 clues), the store untouched."""
+    store = harness_store("5.5.0", "upgraded-4.5.2")
+    out = tmp_path / "out"
+    code = rmqstore_main(
+        ["rebuild", "--store", str(store / "store"), "--out", str(out), "--broker-config", str(store / "broker.conf")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "hashSlotCount" in err and "commitlog offset" in err and "X.Y.Z" in err, err
+    assert not (out / "index").exists() and not (out / "consumequeue").exists()
+    lost = tmp_path / "store"
+    shutil.copytree(store / "store", lost)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(lost / name)
+    before = tree_digest(lost)
+    conf = ["--store", str(lost), "--broker-config", str(store / "broker.conf"), "--apply"]
+    code = rmqstore_main(["recover", *conf, "--backup-dir", str(tmp_path / "backup")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--broker-version X.Y.Z" in err, err
+    assert tree_digest(lost) == before
+
+
+@pytest.mark.broker
 def test_a_rocksdb_store_with_a_stale_topics_json_needs_no_flag(spark, tmp_path: Path) -> None:
     """storeType=defaultRocksDB keeps topic configs in config/topics/: the topics.json an operator declared for 4.9
     (no dataVersion.stateVersion) is a weak clue, set aside, said so; rebuild and audit with no flag, exit 0."""

@@ -23,7 +23,15 @@ from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.broker.detection import Clue, Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.broker.rule_choice import LMQ_ENDS_KEPT, RuleInputs, differences, lmq_writers, select, select_stretches
+from storelib.broker.rule_choice import (
+    LMQ_ENDS_KEPT,
+    RuleInputs,
+    differences,
+    lmq_writers,
+    refuse_mixed_slot_counts,
+    select,
+    select_stretches,
+)
 from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
@@ -664,3 +672,21 @@ def test_an_earlier_stretch_of_batch_cq_records_gets_a_row_with_batch_consume_qu
     with pytest.raises(AmbiguousRelease, match="no flag settles commitlog offsets 0 up to 5,000") as refused:
         first.settle_earlier(inputs)
     assert refused.value.choices == []
+
+
+def test_stretches_whose_index_file_counts_differ_are_refused() -> None:
+    """4.5.2 records (hashSlotCount: every put), then 5.5.0 ones (occupied slots), both put into IndexFiles: the
+    IndexFile both wrote counts both ways: refused, naming the later stretch's start; without puts in the later
+    stretch, or with stretches counting alike (4.8.0 then 5.5.0), nothing to refuse."""
+    facts = StoreFacts(props_records=5, props_ending_02=5, tag_keys_checked=4, tag_keys_found=4)
+    old = dataclasses.replace(Stretch(0, True, tag_keys=False), files=(Clue.below("index", "every put", (4, 7, 1)),))
+    rules = select_stretches("", facts, (old, Stretch(5000, True, tag_keys=True)))
+    stretches = [*rules.earlier, (rules.start, rules)]
+    puts = {0: RuleInputs(index_records=9), 1: RuleInputs(index_records=9)}
+    with pytest.raises(ConfigError, match=r"from commitlog offset 5,000 .* hashSlotCount"):
+        refuse_mixed_slot_counts(stretches, puts)
+    refuse_mixed_slot_counts(stretches, {0: puts[0]})
+    counted = dataclasses.replace(old, files=(Clue.at_least("index", "occupied slots", (4, 7, 1)),))
+    alike = select_stretches("", facts, (counted, Stretch(5000, True, tag_keys=True)))
+    assert alike.earlier[0][1].rules.name == "4.7.1"
+    refuse_mixed_slot_counts([*alike.earlier, (alike.start, alike)], puts)

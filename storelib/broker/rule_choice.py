@@ -273,6 +273,24 @@ class BrokerRules:
         }
 
 
+def refuse_mixed_slot_counts(stretches: list[tuple[int, BrokerRules]], inputs: Mapping[int, RuleInputs]) -> None:
+    """ConfigError when a stretch (start, rules; ``inputs`` by stretch number) puts records into IndexFiles under
+    rules whose header hashSlotCount differs from the first stretch's (every put before 4.7.1, occupied slots
+    after): the IndexFiles are written by one rule, and the one the newer release went on writing holds a count of
+    both kinds, which depends on the newer release's exact first record (the real 4.5.2 -> 5.5.0 store: 1,879 in
+    the IndexFile both wrote, neither its 1,999 puts nor its occupied slots)."""
+    first = stretches[0][1].rules.hash_slot_every_put
+    for n, (start, rules) in enumerate(stretches):
+        if inputs.get(n, RuleInputs()).index_records and rules.rules.hash_slot_every_put != first:
+            raise ConfigError(
+                f"the records from commitlog offset {start:,} were written by {rules.lowest_release} or later, "
+                "whose IndexFile hashSlotCount counts occupied slots, those before by a release before 4.7.1, whose "
+                "count is every put: the IndexFile both wrote holds a count of both kinds, which depends on the "
+                "first record the newer release wrote, unknown within the stretch boundary. Nothing was written: "
+                "no --broker-version X.Y.Z settles such a store yet"
+            )
+
+
 def _against_clues(version: Version, facts: StoreFacts) -> str:
     """A warning when a given release lies outside the releases the store's clues allow, else ""."""
     try:

@@ -77,6 +77,8 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # from 5.1.4's run on); and 4.9.7, then 5.1.4, then 5.5.0 (two upgrades: the second falls mid-segment too)
     "upgraded-5.1.4": ({}, ("5.5.0",)),
     "upgraded-twice": ({}, ("5.5.0",)),
+    # 4.5.2 first: its IndexFiles' hashSlotCount counts every put, 5.5.0's occupied slots (the upgrade inside one)
+    "upgraded-4.5.2": ({}, ("5.5.0",)),
     # one release of each 5.x line, and 4.9.7
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7", "5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
@@ -112,6 +114,7 @@ UPGRADED_FROM = {
     "upgraded-4.8.0": ("4.8.0",),
     "upgraded-5.1.4": ("5.1.4",),
     "upgraded-twice": ("4.9.7", "5.1.4"),
+    "upgraded-4.5.2": ("4.5.2",),
 }
 # variants whose store/config/topics.json is written before the first start: a file the broker does not maintain
 # (storeType=defaultRocksDB keeps topic configs in config/topics/), as an operator pre-declared it for 4.9
