@@ -171,7 +171,7 @@ def entry() -> NoReturn:
 def failed(verb: str, argv: list[str], exc: RmqStoreError | OSError) -> int:
     """Say why a verb could not finish (one line, never a traceback); its exit code (storelib.errors)."""
     print(f"rmqstore {verb}: error: {exc}", file=sys.stderr)
-    if isinstance(exc, AmbiguousRelease):
+    if isinstance(exc, AmbiguousRelease) and exc.choices:
         print(release_commands(argv, exc.choices), file=sys.stderr)
     return exit_code(exc)
 

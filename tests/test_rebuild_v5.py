@@ -247,6 +247,89 @@ def test_recover_of_the_4_8_to_5_5_store_after_its_queues_and_index_are_lost(
     assert tree_digest(lost) == before
 
 
+# variant -> the stretches found with no flag, and the release whose sends start the last one
+UPGRADES = {"upgraded-5.1.4": (["5.0", "5.5"], "5.1.4"), "upgraded-twice": (["4.9.3", "5.5"], "5.1.4")}
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("variant", UPGRADES)
+def test_a_5_1_store_upgraded_to_5_5_is_rebuilt_stretch_by_stretch(spark, tmp_path: Path, variant: str) -> None:
+    """5.1.4 (whose broker-written property strings end without 0x02) wrote the store, TopicBatchCQ a BatchCQ topic,
+    then 5.5.0 went on mid-segment; or 4.9.7, then 5.1.4, then 5.5.0 (both older releases end without 0x02: one
+    stretch, whose rows write the same files here). With no flag: the 0x02 boundary lies between the last 5.1.4
+    record and the first 5.5.0 one, each stretch by its own rules (5.1.4's BatchCQ records: the live
+    batchconsumequeue/ shows every release that wrote them had BatchConsumeQueues), byte-exact, audit clean."""
+    names, older = UPGRADES[variant]
+    store = harness_store("5.5.0", variant)
+    run, out = Run(spark, load_broker_config(store / "broker.conf")), tmp_path / "out"
+    run = rebuild(run, str(store / "store"), str(out)).run
+    assert_same_index(store / "store", out)
+    rules = json.loads((out / "rebuild.json").read_text())["broker_rules"]
+    assert [s["name"] for s in rules["stretches"]] == names, rules
+    offsets = {r.properties.get("UNIQ_KEY"): r.offset for r in walk_commitlog(store / "store" / "commitlog")}
+    old, new = (read_jsonl(store / name) for name in (f"sent-{older}.jsonl", "sent.jsonl"))
+    start = rules["stretches"][1]["start"]
+    assert offsets[old[-1]["msgId"]] < start <= offsets[new[0]["msgId"]] and start % (64 << 10), start
+    result = audit(run, str(store / "store"), str(out), None)
+    assert ([f.kind for f in result.findings], result.exit_code) == ([], 0)
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("variant", UPGRADES)
+def test_recover_of_a_5_1_to_5_5_store_after_its_queues_and_index_are_lost(
+    tmp_path: Path, capsys, variant: str
+) -> None:
+    """consumequeue/ and index/ lost: recover refuses, the store untouched, naming the range in doubt. 5.1.4 first:
+    its stretch's BatchCQ records (4.9.x rows put them in consumequeue/, and no consumequeue/ is left to show they
+    did not), a refusal that offers no --broker-version command (the flag names the release that ran last, 5.5.0's
+    records would be parsed by the older rules). 4.9.7 and 5.1.4 first: the last stretch's tag keys (5.2.0 or
+    5.4.0 rules); given 5.5.0, the broker's own files."""
+    store = harness_store("5.5.0", variant)
+    lost = tmp_path / "store"
+    shutil.copytree(store / "store", lost)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(lost / name)
+    before = tree_digest(lost)
+    conf = ["--store", str(lost), "--broker-config", str(store / "broker.conf"), "--apply"]
+    code = rmqstore_main(["recover", *conf, "--backup-dir", str(tmp_path / "backup")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--broker-version X.Y.Z" in err and "commitlog offset" in err, err
+    assert tree_digest(lost) == before
+    earlier = variant == "upgraded-5.1.4"  # its first stretch in doubt; the other's last stretch (tag keys)
+    assert ("commitlog offsets 0 up to" in err, "no flag settles" in err) == (earlier, earlier), err
+    assert ("run it again" in err) != earlier, err
+    if not earlier:  # the release that ran last given: the broker's own files, the first stretch told by its records
+        assert rmqstore_main(["recover", *conf, "--backup-dir", str(tmp_path / "b2"), "--broker-version", "5.5.0"]) == 0
+        assert_same_index(store / "store", lost)
+
+
+@pytest.mark.broker
+def test_a_4_5_store_upgraded_to_5_5_is_refused_for_its_mixed_index_file(tmp_path: Path, capsys) -> None:
+    """4.5.2 (IndexFile hashSlotCount: every put) wrote the store, then 5.5.0 (occupied slots) went on inside the same
+    IndexFile, whose count then holds both (1,879 of 1,999 puts). Rebuild with no flag found the stretches (4.0,
+    then 5.5 by the tag keys) but wrote every IndexFile by the first stretch's rule with exit 0 (4 of 5 headers
+    wrong); now refused, nothing written. Recover after consumequeue/ and index/ are lost: refused (4.5.2's
+    config/consumerOffset.json contradicts the 5.5.0 clues), the store untouched."""
+    store = harness_store("5.5.0", "upgraded-4.5.2")
+    out = tmp_path / "out"
+    code = rmqstore_main(
+        ["rebuild", "--store", str(store / "store"), "--out", str(out), "--broker-config", str(store / "broker.conf")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "hashSlotCount" in err and "commitlog offset" in err and "X.Y.Z" in err, err
+    assert not (out / "index").exists() and not (out / "consumequeue").exists()
+    lost = tmp_path / "store"
+    shutil.copytree(store / "store", lost)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(lost / name)
+    before = tree_digest(lost)
+    conf = ["--store", str(lost), "--broker-config", str(store / "broker.conf"), "--apply"]
+    code = rmqstore_main(["recover", *conf, "--backup-dir", str(tmp_path / "backup")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--broker-version X.Y.Z" in err, err
+    assert tree_digest(lost) == before
+
+
 @pytest.mark.broker
 def test_a_rocksdb_store_with_a_stale_topics_json_needs_no_flag(spark, tmp_path: Path) -> None:
     """storeType=defaultRocksDB keeps topic configs in config/topics/: the topics.json an operator declared for 4.9

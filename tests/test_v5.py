@@ -23,7 +23,15 @@ from storelib.audit.batch_queues import classify_batch_queue
 from storelib.broker.config import BrokerConfig, batch_cq_topics, load_broker_config
 from storelib.broker.detection import Clue, Releases, StoreFacts, Stretch, releases
 from storelib.broker.dispatch import dispatch_batch, lmq_targets, property_crc
-from storelib.broker.rule_choice import LMQ_ENDS_KEPT, RuleInputs, differences, lmq_writers, select, select_stretches
+from storelib.broker.rule_choice import (
+    LMQ_ENDS_KEPT,
+    RuleInputs,
+    differences,
+    lmq_writers,
+    refuse_mixed_slot_counts,
+    select,
+    select_stretches,
+)
 from storelib.broker.versions import RULE_SETS, rules_for
 from storelib.errors import AmbiguousRelease, ConfigError, StoreFormatError
 from storelib.formats import batchcq
@@ -660,3 +668,40 @@ def test_an_upgraded_store_gets_the_rules_of_each_release_that_wrote_it() -> Non
     assert [s["start"] for s in rules.to_dict()["stretches"]] == [0, 5000]
     with pytest.raises(ConfigError, match="contradict"):  # one stretch: no upgrade, and the old file is strong
         select_stretches("", facts, stretches[1:])
+
+
+def test_an_earlier_stretch_of_batch_cq_records_gets_a_row_with_batch_consume_queues_or_no_command() -> None:
+    """5.1.x records (no 0x02 ending, LMQ offsets on TopicOrders, BatchCQ records), then 5.5.0 ones (the real
+    5.1.4 -> 5.5.0 store): where batchconsumequeue/ holds the BatchCQ topic and consumequeue/ does not, every
+    release that wrote its records had BatchConsumeQueues, the first stretch too: it is parsed by a row that has
+    them and settled. Without that evidence it is refused, and the refusal offers no --broker-version (the flag
+    names the release that ran last: given an older one, the newer records would be parsed by its rules)."""
+    facts = StoreFacts(props_records=5, props_ending_02=5, consumequeue_entries=frozenset({"TopicOrders"}))
+    stretches = (Stretch(0, False, ("TopicOrders",)), Stretch(5000, True))
+    inputs = RuleInputs(lmq_sources=(("TopicOrders", 9),), batch_cq_records=53)
+    shown = dataclasses.replace(facts, batch_queue_topics=frozenset({"TopicBatchCQ"}))
+    ((_, first),) = select_stretches("", shown, stretches).earlier
+    assert (first.rules.name, first.rules.batch_cq, first.settle_earlier(inputs).settled) == ("5.0", True, True)
+    ((_, first),) = select_stretches("", facts, stretches).earlier
+    assert first.rules.name == "4.9.3"
+    with pytest.raises(AmbiguousRelease, match="no flag settles commitlog offsets 0 up to 5,000") as refused:
+        first.settle_earlier(inputs)
+    assert refused.value.choices == []
+
+
+def test_stretches_whose_index_file_counts_differ_are_refused() -> None:
+    """4.5.2 records (hashSlotCount: every put), then 5.5.0 ones (occupied slots), both put into IndexFiles: the
+    IndexFile both wrote counts both ways: refused, naming the later stretch's start; without puts in the later
+    stretch, or with stretches counting alike (4.8.0 then 5.5.0), nothing to refuse."""
+    facts = StoreFacts(props_records=5, props_ending_02=5, tag_keys_checked=4, tag_keys_found=4)
+    old = dataclasses.replace(Stretch(0, True, tag_keys=False), files=(Clue.below("index", "every put", (4, 7, 1)),))
+    rules = select_stretches("", facts, (old, Stretch(5000, True, tag_keys=True)))
+    stretches = [*rules.earlier, (rules.start, rules)]
+    puts = {0: RuleInputs(index_records=9), 1: RuleInputs(index_records=9)}
+    with pytest.raises(ConfigError, match=r"from commitlog offset 5,000 .* hashSlotCount"):
+        refuse_mixed_slot_counts(stretches, puts)
+    refuse_mixed_slot_counts(stretches, {0: puts[0]})
+    counted = dataclasses.replace(old, files=(Clue.at_least("index", "occupied slots", (4, 7, 1)),))
+    alike = select_stretches("", facts, (counted, Stretch(5000, True, tag_keys=True)))
+    assert alike.earlier[0][1].rules.name == "4.7.1"
+    refuse_mixed_slot_counts([*alike.earlier, (alike.start, alike)], puts)

@@ -31,7 +31,7 @@ from storelib.broker.detection import (
     slot_count_clues,
 )
 from storelib.broker.dispatch import TAG_KEY_INFIX, Dispatch, dispatch_batch
-from storelib.broker.rule_choice import BrokerRules, RuleInputs, select_stretches
+from storelib.broker.rule_choice import BrokerRules, RuleInputs, refuse_mixed_slot_counts, select_stretches
 from storelib.broker.segments import Segment, SegmentSummary, by_stretch
 from storelib.broker.versions import DEFAULT_RELEASE
 from storelib.constants import PROPERTY_INNER_MULTI_QUEUE_OFFSET, PROPERTY_TAGS
@@ -404,9 +404,10 @@ def settle_rules(run: Run, store: str, summaries: Iterable[SegmentSummary]) -> B
             parts = by_stretch(s.stretch_inputs or ((0, s.rule_inputs),) for s in summaries)
             inputs = dict(parts)
             earlier = tuple(
-                (start, r.settle(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
+                (start, r.settle_earlier(inputs.get(k, RuleInputs()))) for k, (start, r) in enumerate(rules.earlier)
             )
             last = rules.settle(inputs.get(len(rules.earlier), RuleInputs()))
+            refuse_mixed_slot_counts([*earlier, (last.start, last)], inputs)
             rules = dataclasses.replace(last, earlier=earlier)
         else:
             rules = rules.settle(sum((s.rule_inputs for s in summaries), RuleInputs()))

@@ -433,13 +433,20 @@ def alike(f: StoreFacts) -> frozenset[str]:
     live IndexFile from the first record on has a slot two keys share, so every put occupies its own.
     ``batch_cq``: every topic of batchconsumequeue/ lacks a consumequeue/ directory (a release before 5.0.0 puts
     a BatchCQ topic's records there), so every release that wrote its records wrote them to batchconsumequeue/."""
-    out = set()
+    out = set(alike_everywhere(f))
     if f.index_covers_start and not f.index_slot_counts:
         out.add("hash_slot_every_put")
+    return frozenset(out)
+
+
+def alike_everywhere(f: StoreFacts) -> frozenset[str]:
+    """The ``alike`` fields the live files show for every stretch of a store several releases wrote: ``batch_cq``
+    (the queue directories are the whole store's; the IndexFiles' ``hash_slot_every_put`` speaks for the range
+    they cover only)."""
     files = f.consumequeue_entries and not is_rocksdb(f.consumequeue_entries)
     if files and f.batch_queue_topics and not f.batch_queue_topics & f.consumequeue_entries:
-        out.add("batch_cq")
-    return frozenset(out)
+        return frozenset({"batch_cq"})
+    return frozenset()
 
 
 def tag_key_spans(found: bool) -> tuple[Span, ...]:
@@ -498,9 +505,10 @@ class Stretch:
         )
 
 
-def earlier_releases(stretch: Stretch, later: Releases, end: int) -> Releases:
+def earlier_releases(stretch: Stretch, later: Releases, end: int, same: frozenset[str] = frozenset()) -> Releases:
     """The releases that can have written a stretch (up to commitlog offset ``end``) before one ``later`` allows:
-    its fingerprints', up to the last release the later stretch allows (an upgrade goes forward)."""
+    its fingerprints', up to the last release the later stretch allows (an upgrade goes forward); ``same``: the
+    store's ``alike_everywhere``."""
     spans = intersect(stretch.clue.spans, ((FIRST, later.spans[-1][1]),))
     if not spans:
         raise ConfigError(
@@ -508,4 +516,4 @@ def earlier_releases(stretch: Stretch, later: Releases, end: int) -> Releases:
             f"offsets {stretch.start:,} up to {end:,} cannot be told: give --broker-version X.Y.Z (the release that "
             "wrote the store last; each earlier stretch is then told by its own records)"
         )
-    return Releases(spans, stretch.clues)
+    return Releases(spans, stretch.clues, alike=same)

@@ -11,7 +11,15 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from storelib.broker.detection import Releases, StoreFacts, Stretch, earlier_releases, intersect, releases
+from storelib.broker.detection import (
+    Releases,
+    StoreFacts,
+    Stretch,
+    alike_everywhere,
+    earlier_releases,
+    intersect,
+    releases,
+)
 from storelib.broker.versions import RuleSet, Version, parse_version, rules_for, version_text
 from storelib.errors import AmbiguousRelease, ConfigError
 
@@ -190,6 +198,19 @@ class BrokerRules:
         why += f"; rule sets {', '.join(r.name for r in writers)} write the same files for this store"
         return dataclasses.replace(self, settled=True, why=why)
 
+    def settle_earlier(self, inputs: RuleInputs) -> BrokerRules:
+        """``settle`` for a stretch before the last one: a refusal offers no release to give, since
+        ``--broker-version`` names the release that wrote the store last and settles the last stretch only (given
+        an older release, the newer records would be parsed by its rules)."""
+        try:
+            return self.settle(inputs)
+        except AmbiguousRelease as e:
+            raise AmbiguousRelease(
+                f"{e}; but that flag names the release that wrote the store last and settles only the records it "
+                f"wrote: no flag settles {self.covers} yet",
+                [],
+            ) from None
+
     @property
     def _allowed_text(self) -> str:
         """The releases that may have written the range, and, when its first records' clues allow more than the
@@ -252,6 +273,24 @@ class BrokerRules:
         }
 
 
+def refuse_mixed_slot_counts(stretches: list[tuple[int, BrokerRules]], inputs: Mapping[int, RuleInputs]) -> None:
+    """ConfigError when a stretch (start, rules; ``inputs`` by stretch number) puts records into IndexFiles under
+    rules whose header hashSlotCount differs from the first stretch's (every put before 4.7.1, occupied slots
+    after): the IndexFiles are written by one rule, and the one the newer release went on writing holds a count of
+    both kinds, which depends on the newer release's exact first record (the real 4.5.2 -> 5.5.0 store: 1,879 in
+    the IndexFile both wrote, neither its 1,999 puts nor its occupied slots)."""
+    first = stretches[0][1].rules.hash_slot_every_put
+    for n, (start, rules) in enumerate(stretches):
+        if inputs.get(n, RuleInputs()).index_records and rules.rules.hash_slot_every_put != first:
+            raise ConfigError(
+                f"the records from commitlog offset {start:,} were written by {rules.lowest_release} or later, "
+                "whose IndexFile hashSlotCount counts occupied slots, those before by a release before 4.7.1, whose "
+                "count is every put: the IndexFile both wrote holds a count of both kinds, which depends on the "
+                "first record the newer release wrote, unknown within the stretch boundary. Nothing was written: "
+                "no --broker-version X.Y.Z settles such a store yet"
+            )
+
+
 def _against_clues(version: Version, facts: StoreFacts) -> str:
     """A warning when a given release lies outside the releases the store's clues allow, else ""."""
     try:
@@ -302,7 +341,7 @@ def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, 
     earlier = []
     ends = [s.start for s in stretches[1:]]
     for stretch, end in reversed(list(zip(stretches[:-1], ends))):
-        found = earlier_releases(stretch, later, end)
+        found = earlier_releases(stretch, later, end, alike_everywhere(facts))
         lmq = StoreFacts(lmq_sources=stretch.lmq_sources)
         rules = _unsettled(found, lmq, "detected", stretch.clue.text, "")
         covers = f"commitlog offsets {stretch.start:,} up to {end:,}"
@@ -314,9 +353,13 @@ def select_stretches(version: str, facts: StoreFacts, stretches: tuple[Stretch, 
 
 def _unsettled(found: Releases, facts: StoreFacts, source: str, why: str, version: str) -> BrokerRules:
     """The rules the parse uses: the oldest verified row whose appends give LMQ offsets to the source topics of
-    the sampled records that hold them (no other row can have written them), settled when it is the only row."""
+    the sampled records that hold them (no other row can have written them), settled when it is the only row. Where
+    the live batchconsumequeue/ shows every release that wrote its topics' records had BatchConsumeQueues
+    (``alike`` batch_cq), a row that has them: the rows before 5.0.0 cannot have written those records."""
     cands = found.candidates
     writers = [r for r in cands if all(r.lmq_offsets_given(t) for t in facts.lmq_sources)] or list(cands)
+    if "batch_cq" in found.alike:
+        writers = [r for r in writers if r.batch_cq] or writers
     rules = ([r for r in writers if r.verified] or writers)[0]
     settled = len(found.widened.candidates) == 1 and rules.verified
     return BrokerRules(rules, source, why, found, settled=settled, version=version)

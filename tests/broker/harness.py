@@ -73,6 +73,12 @@ VARIANTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # 4.8.0 first (no topic#T#<TAGS> IndexFile keys), small IndexFiles: the upgrade falls inside one, and both
     # releases' broker-written property strings end with 0x02 (no property boundary)
     "upgraded-4.8.0": ({"maxIndexNum": "1500", "maxHashSlotNum": "997"}, ("5.5.0",)),
+    # 5.1.4 first (its broker-written property strings end without 0x02, 5.5.0's with; TopicBatchCQ a BatchCQ topic
+    # from 5.1.4's run on); and 4.9.7, then 5.1.4, then 5.5.0 (two upgrades: the second falls mid-segment too)
+    "upgraded-5.1.4": ({}, ("5.5.0",)),
+    "upgraded-twice": ({}, ("5.5.0",)),
+    # 4.5.2 first: its IndexFiles' hashSlotCount counts every put, 5.5.0's occupied slots (the upgrade inside one)
+    "upgraded-4.5.2": ({}, ("5.5.0",)),
     # one release of each 5.x line, and 4.9.7
     "dledger": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7", "5.0.0", "5.1.4", "5.2.0", "5.3.3", "5.4.0")),
     "dledger-kill9": (DLEDGER_SETTINGS, ("5.5.0", "4.9.7")),
@@ -100,9 +106,16 @@ CONSUMER_VARIANTS = ("consumers",)
 # topic there: the second run's createTopic may not set queue.type again ("unchangeable attribute")
 MIXED_VARIANTS = ("dledger-mixed",)
 # variants written first by older releases (in this order, each stopped cleanly), then by the variant's own release on
-# the same files: the in-place upgrade RocketMQ documents. Each run sends the workload (TopicBatchCQ a plain topic:
-# a later createTopic may not set queue.type again); the older runs' sends go to sent-<release>.jsonl
-UPGRADED_FROM = {"upgraded": ("4.9.7",), "upgraded-4.8.0": ("4.8.0",)}
+# the same files: the in-place upgrade RocketMQ documents. Each run sends the workload (TopicBatchCQ a BatchCQ topic
+# only when the first run's release has them: a later createTopic may not set queue.type again, and one without it
+# keeps the topic's queue.type); the older runs' sends go to sent-<release>.jsonl
+UPGRADED_FROM = {
+    "upgraded": ("4.9.7",),
+    "upgraded-4.8.0": ("4.8.0",),
+    "upgraded-5.1.4": ("5.1.4",),
+    "upgraded-twice": ("4.9.7", "5.1.4"),
+    "upgraded-4.5.2": ("4.5.2",),
+}
 # variants whose store/config/topics.json is written before the first start: a file the broker does not maintain
 # (storeType=defaultRocksDB keeps topic configs in config/topics/), as an operator pre-declared it for 4.9
 STALE_TOPICS_JSON = ("rocksdb-stale-topics",)
@@ -587,9 +600,9 @@ def _build(version: str, variant: str, settings: dict[str, str], final: Path, se
         file_mode = {k: v for k, v in settings.items() if k not in DLEDGER_SETTINGS}
         with running_broker(version, work, file_mode) as broker:
             _send_workload(broker, work, False, seed, work / "sent-filemode.jsonl", batchcq=False)
-    for older in UPGRADED_FROM.get(variant, ()):
+    for run, older in enumerate(UPGRADED_FROM.get(variant, ())):
         with running_broker(older, work, settings) as broker:
-            _send_workload(broker, work, False, seed, work / f"sent-{older}.jsonl", batchcq=False)
+            _send_workload(broker, work, False, seed, work / f"sent-{older}.jsonl", batchcq=run == 0)
     if variant in STALE_TOPICS_JSON:
         (work / "store" / "config").mkdir(parents=True)
         (work / "store" / "config" / "topics.json").write_text(json.dumps(STALE_TOPICS, indent=1))
