@@ -179,7 +179,10 @@ def failed(verb: str, argv: list[str], exc: RmqStoreError | OSError) -> int:
 def release_commands(argv: list[str], choices: list[str]) -> str:
     """The same command once per release the store's clues allow, ``--broker-version`` added: the operator picks
     the release the broker ran."""
-    lines = [shlex.join(["rmqstore", *argv, "--broker-version", v]) for v in choices]
+    given = [k for k, a in enumerate(argv) if a == "--broker-version"]
+    rest = [a for k, a in enumerate(argv) if k not in {*given, *(g + 1 for g in given)}]
+    rest = [a for a in rest if not a.startswith("--broker-version=")]  # the release given is the one replaced
+    lines = [shlex.join(["rmqstore", *rest, "--broker-version", v]) for v in choices]
     return "run it again with the release the broker ran, one of:\n" + "\n".join(f"  {line}" for line in lines)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import VERBS, jar_needs, main, parser
+from jobs.cli import VERBS, jar_needs, main, parser, release_commands
 from jobs.runtime.jars import JarNeeds
 from storelib.errors import (
     BadInput,
@@ -113,3 +113,11 @@ def test_an_unknown_verb_is_argparse_usage_error() -> None:
 )
 def test_a_verb_asks_for_delta_spark_with_a_catalog_and_s3a_with_an_s3a_location(argv, delta, s3a) -> None:
     assert jar_needs(parser().parse_args(argv)) == JarNeeds(delta=delta, s3a=s3a)
+
+
+def test_the_commands_a_refusal_offers_replace_a_release_given() -> None:
+    """A line given (``--broker-version 5``) that the store cannot settle: each offered command names one release."""
+    for given in (["--broker-version", "5"], ["--broker-version=5"], []):
+        text = release_commands(["recover", "--store", "s", *given, "--apply"], ["5.2.0", "5.4.0"])
+        lines = text.splitlines()[1:]
+        assert lines == [f"  rmqstore recover --store s --apply --broker-version {v}" for v in ("5.2.0", "5.4.0")]
