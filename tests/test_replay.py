@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from jobs import replay as replay_job
 from jobs.pipeline.replay_source import read_records
 from jobs.runtime.replay_client import Answer, wait_interval
 from storelib.broker.config import load_broker_config
-from storelib.errors import BadInput, CannotSend
+from storelib.errors import BadInput, CannotSend, StoreFormatError
 from storelib.replay import journal as jr
 from storelib.replay import messages as rm
 from tests.storecopy import rmqstore_main
@@ -194,6 +195,20 @@ def test_a_store_is_read_only_in_the_commitlog_range_asked_for(fixture_dir: Path
     assert some == every[100:3000]
     with pytest.raises(BadInput, match="not a diff's missing-messages table"):
         read_records(str(fixture_dir), rm.Selection(), cfg)
+
+
+def test_a_segment_cut_inside_a_record_is_refused_naming_it(fixture_dir: Path, tmp_path: Path) -> None:
+    """The store is streamed record by record; a file that ends inside a record names its file and offset."""
+    cfg = load_broker_config(fixture_dir / "broker.conf")
+    store = tmp_path / "store"
+    shutil.copytree(fixture_dir / "clean" / "commitlog", store / "commitlog")
+    seg = sorted((store / "commitlog").iterdir())[0]
+    last = read_records(str(store), rm.Selection(to_offset=int(seg.name) + seg.stat().st_size), cfg)[-1]
+    at = last.commitlog_offset - int(seg.name)
+    with seg.open("r+b") as f:
+        f.truncate(at + 30)
+    with pytest.raises(StoreFormatError, match=f"commitlog/{seg.name} @ {at}: a record of .* cut short"):
+        read_records(str(store), rm.Selection(), cfg)
 
 
 def test_the_rate_spaces_the_sends() -> None:

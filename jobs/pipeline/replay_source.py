@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 
 from jobs.pipeline.rebuild_flow import list_segments
 from storelib.broker.config import BrokerConfig
+from storelib.broker.segments import Segment
 from storelib.constants import BLANK_MAGIC_CODE
-from storelib.errors import BadInput
-from storelib.formats.commitlog import HEAD_WORDS, decode_message
+from storelib.errors import BadInput, StoreFormatError
+from storelib.formats.commitlog import HEAD_WORDS, Message, decode_message
 from storelib.replay.messages import Record, Selection
 from udfs.fs import join, resolve
 from udfs.schema import MISSING_MESSAGE_SCHEMA
@@ -62,15 +63,7 @@ def _store_records(store: str, selection: Selection, cfg: BrokerConfig) -> Itera
     for seg in segments:
         if not _overlaps(selection, seg.start, seg.start + seg.size):
             continue
-        fs, path = resolve(seg.uri)
-        with fs.open_input_file(path) as f:
-            data = f.read()
-        pos = 0
-        while pos + HEAD_WORDS.size <= len(data):
-            total, magic = HEAD_WORDS.unpack_from(data, pos)
-            if total <= 0 or magic == BLANK_MAGIC_CODE:
-                break
-            m = decode_message(data, pos, f"{store}/{seg.rel}")
+        for pos, m in _segment_messages(seg, f"{store}/{seg.rel}"):
             if selection.offsets_pass(seg.start + pos):
                 yield Record(
                     store,
@@ -84,6 +77,29 @@ def _store_records(store: str, selection: Selection, cfg: BrokerConfig) -> Itera
                     m.sys_flag,
                     m.store_timestamp,
                 )
+
+
+#: the read buffer of a segment streamed record by record (memory holds one record and this, whatever its size)
+STREAM_BUFFER = 1 << 20
+
+
+def _segment_messages(seg: Segment, file: str) -> Iterator[tuple[int, Message]]:
+    """(file offset, message) of each record of a segment, streamed, up to its end (a BLANK record or zeros); a
+    record the file ends inside of is refused, naming it."""
+    fs, path = resolve(seg.uri)
+    with fs.open_input_stream(path, buffer_size=STREAM_BUFFER) as f:
+        pos = 0
+        while len(head := f.read(HEAD_WORDS.size)) == HEAD_WORDS.size:
+            total, magic = HEAD_WORDS.unpack(head)
+            if total <= 0 or magic == BLANK_MAGIC_CODE:
+                return
+            record = head + f.read(max(total - HEAD_WORDS.size, 0))
+            if len(record) < total:
+                raise StoreFormatError(f"a record of {total} bytes, cut short by the file's end", file, pos)
+            try:
+                yield pos, decode_message(record, 0, file)
+            except StoreFormatError as e:
+                raise StoreFormatError(e.reason, file, pos + (e.offset or 0)) from None
             pos += total
 
 
