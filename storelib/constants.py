@@ -49,6 +49,8 @@ PROPERTY_CRC32 = "__CRC32#"  # 5.2+: the record's CRC32 as the last property (en
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
 
 # --- Topic names (TopicValidator) ---------------------------------------------
 #: TopicValidator's limit for topics clients create is 127; longer names (v2 records, 5.x

@@ -14,7 +14,7 @@ from typing import TypedDict
 import numpy as np
 
 from storelib.broker.versions import CRC32_PIECE, END, FIRST, RULE_SETS, RuleSet, Version, version_text
-from storelib.constants import PROPERTY_CRC32
+from storelib.constants import PROPERTY_CRC32, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from storelib.errors import ConfigError
 from storelib.formats.commitlog import MESSAGE_MAGIC_CODE_V2
 from storelib.formats.rocksdbcq import ROCKSDB_FILE, is_rocksdb
@@ -112,12 +112,7 @@ class StoreFacts:
 
 
 #: topics only the broker writes records of (transactions, delays, timers)
-BROKER_TOPICS = (
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "rmq_sys_wheel_timer",
-)
+BROKER_TOPICS = (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TIMER_TOPIC)
 
 
 #: the fewest broker-written property strings (``broker_encoded``) that tell a release: fewer (the one torn record

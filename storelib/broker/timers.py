@@ -25,10 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.constants import SCHEDULE_TOPIC
+from storelib.constants import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.formats.scanner import RecordBatch, find_properties
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from storelib.constants import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.errors import ConfigError
 
 CRC32_PIECE = 20  # CommitLog.CRC32_RESERVED_LEN: __CRC32# 0x01, ten digits least significant first, 0x02
@@ -109,7 +110,7 @@ class RuleSet:
         return {"name": self.name, "first_release": version_text(self.first), "verified_by": list(self.verified_by)}
 
 
-_TIMER, _SCHEDULE = "rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"
+_TIMER, _SCHEDULE = TIMER_TOPIC, SCHEDULE_TOPIC
 _RETRY, _DLQ, _SYS = "%RETRY%", "%DLQ%", "rmq_sys_"
 #: the first row, 4.0.0 (4.3.2 is the oldest release Maven Central serves whole here)
 _FIRST_ROW = RuleSet(

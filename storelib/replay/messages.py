@@ -24,6 +24,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 
+from storelib.broker.timers import TIMER_OUT_MS
 from storelib.constants import (
     KEY_SEPARATOR,
     PROPERTY_CRC32,
@@ -34,7 +35,9 @@ from storelib.constants import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -42,9 +45,6 @@ from storelib.constants import (
 from storelib.errors import BadInput
 from storelib.formats.commitlog import format_properties, parse_properties
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 #: what the broker or the client writes into a record, never the producer's: dropped before a send
 ADDED_ON_THE_WAY = frozenset(
@@ -63,7 +63,7 @@ ADDED_ON_THE_WAY = frozenset(
         "__transactionId__",
         PROPERTY_INNER_MULTI_QUEUE_OFFSET,
         "INNER_BASE",
-        PROPERTY_TIMER_OUT_MS,
+        TIMER_OUT_MS,
         PROPERTY_TIMER_DELIVER_MS,
         "TIMER_DELAY_SEC",
         "TIMER_DELAY_MS",
@@ -258,7 +258,7 @@ def _due_ms(record: Record, props: dict[str, str], delay_levels_ms: Sequence[int
     where = f"{record.store} @ {record.commitlog_offset}"
     try:
         if record.topic == TIMER_TOPIC:
-            return int(props[PROPERTY_TIMER_OUT_MS])
+            return int(props[TIMER_OUT_MS])
         return record.store_timestamp + delay_levels_ms[int(props[PROPERTY_DELAY]) - 1]
     except (KeyError, ValueError, IndexError):
         raise BadInput(f"{where}: a {record.topic} record without a readable due time") from None

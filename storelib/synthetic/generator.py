@@ -45,6 +45,7 @@ from storelib.constants import (
     SCHEDULE_TOPIC,
     TOPIC_V1_MAX_BYTES,
     TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -70,7 +71,6 @@ from storelib.layout import (
 )
 from storelib.synthetic.spec import GenerateSummary, GeneratorSpec
 
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_TRAN_MSG = "TRAN_MSG"
