@@ -339,8 +339,10 @@ class LiveIndex:
         k = next((k for k, h in enumerate(self.headers) if h.begin_phy_offset <= offset <= h.end_phy_offset), None)
         r = self._reader(k)
         hashes = r.message_key_hashes(uniq_key, offset) if r is not None else None
-        if hashes is None or key_hash_of(tag_key) in hashes:
-            return None if hashes is None else True
+        if hashes is None:
+            return None
+        if key_hash_of(tag_key) in hashes:
+            return True
         after = self._reader(k + 1) if k is not None and k + 1 < len(self.headers) else None
         return after is not None and key_hash_of(tag_key) in after.leading_key_hashes(offset)
 

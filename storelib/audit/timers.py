@@ -42,6 +42,14 @@ class TimerStore:
         """Whether the store has a timer store at all (5.x with timerWheelEnable)."""
         return bool(self.timerlog) or self.wheel is not None or self.checkpoint is not None
 
+    @property
+    def live_checkpoint(self) -> TimerCheckpoint | None:
+        """The timer checkpoint as the broker reads it; None when it is missing or too short to read."""
+        try:
+            return TimerCheckpoint.unpack(self.checkpoint) if self.checkpoint is not None else None
+        except StoreFormatError:
+            return None
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -286,7 +294,7 @@ def _missing_wheel(store: TimerStore, rebuilt: bytes, writes: dict[str, str], s:
     """A missing wheel: ``TimerMessageStore.recover`` (5.0.0, 5.3.3, 5.5.0 jars) starts an empty one and refiles the
     timerlog's units from ``recovery_start`` on (``recoverAndRevise``); a slot not yet read (time from
     lastReadTimeMs on) whose first unit lies before that is lost."""
-    ck = TimerCheckpoint.unpack(store.checkpoint) if store.checkpoint and len(store.checkpoint) >= 32 else None
+    ck = store.live_checkpoint
     flushed = ck.last_timer_log_flush_pos if ck else 0
     window = rules.recovery_start(flushed, s.timer_log_file_size)
     slots = timerwheel.read_slots(rebuilt)
@@ -347,10 +355,7 @@ def _checkpoint(
     end = max(kept.end, 0)
     timer_records = records.filter(pc.equal(records["topic"], rules.TIMER_TOPIC))
     queue_end = int(pc.max(timer_records["queue_offset"]).as_py()) + 1 if timer_records.num_rows else 0
-    try:
-        live = TimerCheckpoint.unpack(store.checkpoint) if store.checkpoint is not None else None
-    except StoreFormatError:
-        live = None
+    live = store.live_checkpoint
     derived = _derived_checkpoint(kept, end, delivered_queue, s, live)
     if live is None:
         what = "missing" if store.checkpoint is None else f"{len(store.checkpoint)} bytes"

@@ -271,22 +271,23 @@ class IndexFileReader:
         key_hash = key_hash_of(key)
         chain = self._chain(key_hash, 0)
         at = next((n for n, e, _ in chain if e["key_hash"] == key_hash and e["phy_offset"] == phy_offset), None)
-        if at is None:
-            return None
+        return None if at is None else self._run_hashes(at, phy_offset)
+
+    def leading_key_hashes(self, phy_offset: int) -> frozenset[int]:
+        """The key hashes of the file's first entries while they are the message's at ``phy_offset``: the keys of a
+        message that did not all fit in the file before (``IndexService.putKey`` puts the rest into a new file)."""
+        if self.header.index_count <= 1 or self.entries[1]["phy_offset"] != phy_offset:
+            return frozenset()
+        return self._run_hashes(1, phy_offset)
+
+    def _run_hashes(self, at: int, phy_offset: int) -> frozenset[int]:
+        """The key hashes of the run of entries around entry ``at`` that hold ``phy_offset`` (one message's)."""
         first, last = at, at
         while first > 1 and self.entries[first - 1]["phy_offset"] == phy_offset:
             first -= 1
         while last < self.header.index_count - 1 and self.entries[last + 1]["phy_offset"] == phy_offset:
             last += 1
         return frozenset(int(h) for h in self.entries["key_hash"][first : last + 1])
-
-    def leading_key_hashes(self, phy_offset: int) -> frozenset[int]:
-        """The key hashes of the file's first entries while they are the message's at ``phy_offset``: the keys of a
-        message that did not all fit in the file before (``IndexService.putKey`` puts the rest into a new file)."""
-        n = 1
-        while n < self.header.index_count and self.entries[n]["phy_offset"] == phy_offset:
-            n += 1
-        return frozenset(int(h) for h in self.entries["key_hash"][1:n])
 
     def _chain(self, key_hash: int, begin: int) -> Iterator[tuple[int, np.void, int]]:
         """The entries of ``key_hash``'s slot chain, newest first, to one stored before ``begin``: (entry number,
