@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.cli import add_broker_config, broker_config
 from jobs.pipeline.replay_source import read_records
 from jobs.runtime.replay_client import (
     DEFAULT_CLIENT,
@@ -32,7 +33,6 @@ from jobs.runtime.replay_client import (
     ReplayClient,
     wait_interval,
 )
-from storelib.broker.config import load_broker_config
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from storelib.replay import journal as jr
 from storelib.replay.messages import Selection, Send, Skip, parse_time, plan
@@ -66,9 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-offset", type=int, metavar="OFFSET", help="only records at this commitlog offset or later")
     p.add_argument("--to-offset", type=int, metavar="OFFSET", help="only records before this commitlog offset")
     p.add_argument("--key", action="append", default=[], help="only messages with this KEYS word or UNIQ_KEY")
-    p.add_argument(
-        "--broker-config", metavar="FILE", help="broker.conf (its messageDelayLevel: when a pending delay is due)"
-    )
+    add_broker_config(p)  # broker.conf's messageDelayLevel: when a pending delay is due
 
 
 @dataclasses.dataclass
@@ -85,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     selection = _selection(args)
     if args.apply and not (args.namesrv and args.journal):
         raise BadInput("--apply needs --namesrv (the cluster) and --journal FILE (what was sent: a rerun resumes)")
-    cfg = load_broker_config(args.broker_config)
+    cfg = broker_config(args)
     now = int(time.time() * 1000)
     outcomes = list(plan(read_records(args.source, selection, cfg), selection, cfg.delay_levels_ms, now))
     tally = Tally(not_sent=collections.Counter(o.reason for o in outcomes if isinstance(o, Skip)))
