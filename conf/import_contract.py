@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("jobs.pipeline.convert_flow", 33),
     ("jobs.pipeline.diff_flow", 34),
     ("jobs.pipeline.replay_source", 34),
+    ("jobs.pipeline.replay_flow", 34),
     ("jobs.pipeline.audit_flow", 34),
     ("jobs.pipeline.recover_flow", 35),
     ("jobs.pipeline.salvage_flow", 36),

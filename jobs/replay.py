@@ -15,30 +15,17 @@ if __package__ in (None, ""):
 
 import argparse
 import collections
-import dataclasses
-import datetime as dt
 import os
 import sys
 import time
 from pathlib import Path
 
 from jobs.cli import add_broker_config, broker_config
+from jobs.pipeline.replay_flow import Tally, apply, dry_run, summary
 from jobs.pipeline.replay_source import read_records
-from jobs.runtime.replay_client import (
-    DEFAULT_CLIENT,
-    FAILED,
-    PRESENT,
-    Answer,
-    Connection,
-    ReplayClient,
-    wait_interval,
-)
+from jobs.runtime.replay_client import DEFAULT_CLIENT, Connection
 from storelib.errors import EXIT_FINDINGS, EXIT_OK, BadInput
-from storelib.replay import journal as jr
 from storelib.replay.messages import Selection, Send, Skip, parse_time, plan
-
-#: messages the console lists one by one (a dry run; the skipped ones' reasons are always counted)
-CONSOLE_MESSAGES = 50
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,16 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_broker_config(p)  # broker.conf's messageDelayLevel: when a pending delay is due
 
 
-@dataclasses.dataclass
-class Tally:
-    """What a replay did: sent, skipped as already present (journal or cluster), failed, not sent (by reason)."""
-
-    sent: int = 0
-    present: int = 0
-    failed: int = 0
-    not_sent: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-
-
 def run(args: argparse.Namespace) -> int:
     selection = _selection(args)
     if args.apply and not (args.namesrv and args.journal):
@@ -90,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     sends = [o for o in outcomes if isinstance(o, Send)]
     t0 = time.monotonic()
     if args.apply:
-        _apply(args, sends, tally)
+        apply(sends, _connection(args), Path(args.journal), args.client_version, args.rate, tally)
     else:
-        _dry_run(sends, args.journal)
-    print(summary(args, tally, len(sends), time.monotonic() - t0))
+        dry_run(sends, args.journal)
+    print(summary(args.apply, tally, len(sends), time.monotonic() - t0))
     return EXIT_FINDINGS if tally.failed else EXIT_OK
 
 
@@ -116,65 +93,6 @@ def _connection(args: argparse.Namespace) -> Connection:
     return Connection(
         args.namesrv, args.access_key, secret, tls, args.tls_config, route_wait_ms=int(args.route_wait * 1000)
     )
-
-
-def _apply(args: argparse.Namespace, sends: list[Send], tally: Tally) -> None:
-    """Each send the journal does not name, through the client; each answer journaled before the next send."""
-    connection = _connection(args)
-    journal = jr.Journal(Path(args.journal))
-    todo = [s for s in sends if s.journal_key not in journal.done]
-    tally.present += len(sends) - len(todo)
-    if not todo:
-        return  # the journal names every message: no client started
-    last = 0.0
-    try:
-        with ReplayClient(connection, args.client_version) as client:
-            for send in todo:
-                time.sleep(wait_interval(args.rate, last))
-                last = time.monotonic()
-                _answered(send, client.send(send), journal, tally)
-    finally:
-        journal.close()
-
-
-def _answered(send: Send, answer: Answer, journal: jr.Journal, tally: Tally) -> None:
-    if answer.result == FAILED:
-        tally.failed += 1
-        print(f"  failed: {send.topic} UNIQ_KEY={send.uniq_key}: {' '.join(answer.fields)}", file=sys.stderr)
-        return
-    result = jr.PRESENT if answer.result == PRESENT else jr.SENT
-    journal.record(jr.Entry(send.journal_key, result, answer.fields[1]))
-    tally.present += result == jr.PRESENT
-    tally.sent += result == jr.SENT
-
-
-def _dry_run(sends: list[Send], journal: str | None) -> None:
-    done = jr.Journal(Path(journal)).done if journal and Path(journal).exists() else set()
-    if done:
-        print(f"  {sum(1 for s in sends if s.journal_key in done):,} of them already in the journal {journal}")
-    for s in sends[:CONSOLE_MESSAGES]:
-        r = s.record
-        due = f", due {_time(s.deliver_ms)} (TIMER_DELIVER_MS)" if s.deliver_ms is not None else ""
-        where = f"{r.store} @ {r.commitlog_offset}"
-        print(f"  would send {s.topic} UNIQ_KEY={s.uniq_key} ({len(r.body)} bytes; {where}{due})")
-    if len(sends) > CONSOLE_MESSAGES:
-        print(f"  ... and {len(sends) - CONSOLE_MESSAGES:,} more")
-
-
-def summary(args: argparse.Namespace, tally: Tally, sends: int, seconds: float) -> str:
-    """The result: sent, skipped as already present, failed (or, in a dry run, what would be sent), and the records
-    not sent, by reason."""
-    if args.apply:
-        head = f"replay: {tally.sent:,} sent, {tally.present:,} skipped as already present, {tally.failed:,} failed"
-        head += f" ({seconds:.1f} s)"
-    else:
-        head = f"replay (dry run, nothing sent; --apply sends): {sends:,} message(s) would be sent"
-    lines = [head, *(f"  not sent: {n:,} {reason}" for reason, n in sorted(tally.not_sent.items()))]
-    return "\n".join(lines)
-
-
-def _time(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 if __name__ == "__main__":

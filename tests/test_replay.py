@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import replay as replay_job
+from jobs.pipeline import replay_flow
 from jobs.pipeline.replay_source import read_records
 from jobs.runtime.replay_client import Answer, wait_interval
 from storelib.broker.config import load_broker_config
@@ -292,7 +292,7 @@ def test_an_interrupted_replay_resumes_and_never_sends_a_message_twice(
     table: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = FakeCluster()
-    monkeypatch.setattr(replay_job, "ReplayClient", cluster.client)
+    monkeypatch.setattr(replay_flow, "ReplayClient", cluster.client)
     journal = tmp_path / "journal"
     argv = ["replay", str(table), "--apply", "-n", "127.0.0.1:9876", "--journal", str(journal)]
     cluster.crash_at = 4
@@ -315,7 +315,7 @@ def test_an_interrupted_replay_resumes_and_never_sends_a_message_twice(
 def test_a_dry_run_sends_nothing_and_apply_needs_a_cluster_and_a_journal(
     table: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(replay_job, "ReplayClient", None)  # a dry run starts no client
+    monkeypatch.setattr(replay_flow, "ReplayClient", None)  # a dry run starts no client
     assert rmqstore_main(["replay", str(table), "--key", "U3"]) == 0
     out = capsys.readouterr().out
     assert "would send T UNIQ_KEY=U3" in out and "1 message(s) would be sent" in out
